@@ -1,0 +1,1058 @@
+//! One direction of a network link: rate limiter, drop-tail queue, propagation delay, jitter,
+//! reordering, loss (random or Gilbert–Elliott bursts), duplication and corruption.
+//!
+//! A [`Link`] is a pure element with the shape shared by every simulator element (STYLE.md
+//! example 9): [`Link::process`] takes a datagram and the current time and hands the copies that
+//! will come out of the far end, each with its arrival time, to a sink the caller owns. Nothing in
+//! here reads a clock, so the same model runs in virtual time ([`crate::Simulation`]) or against a
+//! real clock (an emulator that sleeps until each arrival time).
+//!
+//! The arrival time is computed when the datagram is offered, not when it leaves the queue: a
+//! FIFO rate limiter's departure times are fully determined by what entered before, so one event
+//! per datagram is enough and the simulator never has to poll the link. The queue is still
+//! tracked (packets that have not finished serialization) for drop-tail decisions, the
+//! [`Link::queued_bytes`] accessor and the optional queue-length trace.
+//!
+//! Knobs are small and orthogonal (STYLE.md example 11): each probability is independent of the
+//! others and of the rate and delay, and every random draw comes from the link's own seeded
+//! [`ChaCha8Rng`], so adding a link to a topology never changes the draws of the links already
+//! there.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::sim::Datagram;
+
+/// How a link loses datagrams on the wire (after the queue: a lost datagram still used its share
+/// of the link's capacity, as on a radio link).
+#[derive(Clone, Debug, PartialEq, Default)]
+#[non_exhaustive]
+pub enum LossModel {
+    /// No loss.
+    #[default]
+    None,
+    /// Each datagram is lost independently with this probability (`0.0..=1.0`).
+    Random(f64),
+    /// Two-state Markov chain (Gilbert–Elliott): bursty loss as seen on wireless links.
+    ///
+    /// Before each datagram the chain moves (good → bad with `p_good_to_bad`, bad → good with
+    /// `p_bad_to_good`), then the datagram is lost with the probability of the new state. The
+    /// long-run loss rate is [`LossModel::mean_loss`].
+    GilbertElliott {
+        /// Probability, per datagram, of moving from the good state to the bad one.
+        p_good_to_bad: f64,
+        /// Probability, per datagram, of moving from the bad state back to the good one.
+        /// The mean burst (bad-state sojourn) length is `1 / p_bad_to_good` datagrams.
+        p_bad_to_good: f64,
+        /// Loss probability while in the good state (often 0).
+        loss_in_good: f64,
+        /// Loss probability while in the bad state (often 1).
+        loss_in_bad: f64,
+    },
+}
+
+impl LossModel {
+    /// A Gilbert–Elliott model with the given long-run loss rate whose losses come in bursts of
+    /// `mean_burst` datagrams on average (no loss in the good state, total loss in the bad one).
+    ///
+    /// This is the usual way to say "2 % loss, bursty" without solving the chain by hand.
+    /// `mean_burst` below 1 is treated as 1; `mean_loss` is clamped to `0.0..1.0`.
+    pub fn bursty(mean_loss: f64, mean_burst: f64) -> Self {
+        let m = mean_loss.clamp(0.0, 0.999_999);
+        let p_bad_to_good = 1.0 / mean_burst.max(1.0);
+        // Stationary P(bad) = p_gb / (p_gb + p_bg) = m  =>  p_gb = p_bg * m / (1 - m).
+        let p_good_to_bad = (p_bad_to_good * m / (1.0 - m)).min(1.0);
+        LossModel::GilbertElliott {
+            p_good_to_bad,
+            p_bad_to_good,
+            loss_in_good: 0.0,
+            loss_in_bad: 1.0,
+        }
+    }
+
+    /// The long-run (stationary) fraction of datagrams this model loses.
+    ///
+    /// For Gilbert–Elliott: `π_bad = p_gb / (p_gb + p_bg)` and the mean is
+    /// `(1 − π_bad)·loss_in_good + π_bad·loss_in_bad`. A chain that never moves (both transition
+    /// probabilities 0) stays in the good state, where it starts.
+    pub fn mean_loss(&self) -> f64 {
+        match *self {
+            LossModel::None => 0.0,
+            LossModel::Random(p) => p.clamp(0.0, 1.0),
+            LossModel::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_in_good,
+                loss_in_bad,
+            } => {
+                let total = p_good_to_bad + p_bad_to_good;
+                let pi_bad = if total > 0.0 {
+                    p_good_to_bad / total
+                } else {
+                    0.0
+                };
+                (1.0 - pi_bad) * loss_in_good.clamp(0.0, 1.0) + pi_bad * loss_in_bad.clamp(0.0, 1.0)
+            }
+        }
+    }
+}
+
+/// Everything that shapes one direction of a link. Fields are public so a test can change one
+/// knob mid-run through [`Link::config_mut`]; presets and `with_*` methods cover the usual cases.
+///
+/// Probabilities are in `0.0..=1.0`; values outside behave as the nearest bound (never panic).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct LinkConfig {
+    /// Serialization rate in bits per second; `None` is infinitely fast (no queue ever forms).
+    /// `Some(0)` carries nothing: every datagram is dropped as a queue overflow.
+    pub rate_bps: Option<u64>,
+    /// One-way propagation delay added after serialization.
+    pub delay: Duration,
+    /// Extra delay drawn uniformly from `0..=jitter` per datagram. It never reorders: a datagram
+    /// is held back until the one before it has arrived (unless that one was picked for
+    /// reordering), which slightly raises the mean delay under heavy jitter, as on real links
+    /// whose variable delay comes from queues, not from overtaking.
+    pub jitter: Duration,
+    /// Probability that a datagram gets `reorder_delay` extra and is exempt from the in-order
+    /// rule, so later datagrams may overtake it.
+    pub reorder: f64,
+    /// Extra delay for datagrams picked by `reorder`.
+    pub reorder_delay: Duration,
+    /// How datagrams are lost on the wire.
+    pub loss: LossModel,
+    /// Probability that a datagram is delivered twice (the copy arrives right after the original
+    /// and is never corrupted; it does not use link capacity).
+    pub duplicate: f64,
+    /// Probability that one random bit of one random byte of the datagram is flipped.
+    pub corrupt: f64,
+    /// Drop-tail limit, in bytes, on datagrams that have entered the link but not finished
+    /// serialization (including the one being sent). So the queueing delay never exceeds
+    /// `queue_limit_bytes * 8 / rate_bps`. A datagram that would push the backlog past the
+    /// limit is dropped; the limit should therefore be at least one MTU. Ignored when
+    /// `rate_bps` is `None`.
+    pub queue_limit_bytes: usize,
+    /// Largest datagram payload (UDP payload bytes) the link carries; larger ones are dropped
+    /// and counted, which is how the protocol's path-MTU discovery is exercised.
+    pub mtu: usize,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        Self::ideal()
+    }
+}
+
+/// Queue depth used by the presets, expressed as time at the link rate.
+fn queue_for(rate_bps: u64, time: Duration) -> usize {
+    let bytes = u128::from(rate_bps) * time.as_nanos() / 8 / 1_000_000_000;
+    usize::try_from(bytes)
+        .unwrap_or(usize::MAX)
+        .max(DEFAULT_MTU)
+}
+
+/// The MTU of the presets: a UDP payload that fits a 1500-byte Ethernet frame over IPv4.
+pub const DEFAULT_MTU: usize = 1472;
+
+impl LinkConfig {
+    /// No rate limit, no delay, no impairment, any datagram size up to 64 KiB.
+    pub fn ideal() -> Self {
+        Self {
+            rate_bps: None,
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+            reorder: 0.0,
+            reorder_delay: Duration::ZERO,
+            loss: LossModel::None,
+            duplicate: 0.0,
+            corrupt: 0.0,
+            queue_limit_bytes: usize::MAX,
+            mtu: 65_535,
+        }
+    }
+
+    /// A clean link of the given rate and one-way delay with a queue of one bandwidth-delay
+    /// product of the round trip (`rate × 2·delay`, at least one MTU), the classic rule for
+    /// sizing a bottleneck buffer, and an Ethernet-sized MTU ([`DEFAULT_MTU`]).
+    pub fn new(rate_bps: u64, delay: Duration) -> Self {
+        Self {
+            rate_bps: Some(rate_bps),
+            delay,
+            queue_limit_bytes: queue_for(rate_bps, delay * 2),
+            mtu: DEFAULT_MTU,
+            ..Self::ideal()
+        }
+    }
+
+    /// DESIGN.md §3 `5g`: 15 ms RTT, 3–5 ms jitter, ~300 Mbit/s (downlink figures; use it for
+    /// both directions unless the test cares about asymmetry).
+    ///
+    /// Per direction: jitter up to 2 ms (so a round trip varies by up to 4 ms) and a base delay
+    /// of 6.5 ms, so the *mean* RTT is 15 ms. Queue: 50 ms at the link rate.
+    pub fn fiveg() -> Self {
+        Self::profile(300_000_000, 15, 2_000, 50)
+    }
+
+    /// DESIGN.md §3 `lte`: 35 ms RTT, 1–2.5 ms jitter, ~30 Mbit/s.
+    ///
+    /// Per direction: jitter up to 1 ms, base delay 17 ms (mean RTT 35 ms). Queue: 100 ms at
+    /// the link rate (cellular buffers are deep).
+    pub fn lte() -> Self {
+        Self::profile(30_000_000, 35, 1_000, 100)
+    }
+
+    /// DESIGN.md §3 `wifi`: 5 ms RTT, 0.3–0.8 ms jitter. DESIGN.md gives no rate; 100 Mbit/s
+    /// is assumed here.
+    ///
+    /// Per direction: jitter up to 0.4 ms, base delay 2.3 ms (mean RTT 5 ms). Queue: 20 ms.
+    pub fn wifi() -> Self {
+        Self::profile(100_000_000, 5, 400, 20)
+    }
+
+    /// DESIGN.md §3 `viscous`: 50 Mbit/s with the given round-trip time (16–320 ms in the
+    /// Viscous experiments), no jitter, one-BDP queue.
+    pub fn viscous(rtt: Duration) -> Self {
+        Self::new(50_000_000, rtt / 2)
+    }
+
+    /// DESIGN.md §3 `ncvdn`: the 1 Mbit/s bottleneck with 140 ms RTT of the NC-TCP fairness
+    /// experiments, one-BDP queue.
+    pub fn ncvdn() -> Self {
+        Self::new(1_000_000, Duration::from_millis(70))
+    }
+
+    /// Shared body of the jittery presets: the base delay is chosen so that the mean round trip
+    /// over two such directions (each adding `jitter/2` on average) equals `rtt_ms`.
+    fn profile(rate_bps: u64, rtt_ms: u64, jitter_us: u64, queue_ms: u64) -> Self {
+        let jitter = Duration::from_micros(jitter_us);
+        let delay = Duration::from_millis(rtt_ms) / 2 - jitter / 2;
+        Self {
+            rate_bps: Some(rate_bps),
+            delay,
+            jitter,
+            queue_limit_bytes: queue_for(rate_bps, Duration::from_millis(queue_ms)),
+            mtu: DEFAULT_MTU,
+            ..Self::ideal()
+        }
+    }
+
+    /// Sets the rate (`None` = unlimited).
+    #[must_use]
+    pub fn with_rate(mut self, rate_bps: Option<u64>) -> Self {
+        self.rate_bps = rate_bps;
+        self
+    }
+
+    /// Sets the one-way propagation delay.
+    #[must_use]
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Sets the order-preserving jitter.
+    #[must_use]
+    pub fn with_jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Sets the reordering probability and the extra delay of reordered datagrams.
+    #[must_use]
+    pub fn with_reorder(mut self, probability: f64, extra_delay: Duration) -> Self {
+        self.reorder = probability;
+        self.reorder_delay = extra_delay;
+        self
+    }
+
+    /// Sets the loss model.
+    #[must_use]
+    pub fn with_loss(mut self, loss: LossModel) -> Self {
+        self.loss = loss;
+        self
+    }
+
+    /// Sets the duplication probability.
+    #[must_use]
+    pub fn with_duplicate(mut self, probability: f64) -> Self {
+        self.duplicate = probability;
+        self
+    }
+
+    /// Sets the corruption probability.
+    #[must_use]
+    pub fn with_corrupt(mut self, probability: f64) -> Self {
+        self.corrupt = probability;
+        self
+    }
+
+    /// Sets the drop-tail limit in bytes.
+    #[must_use]
+    pub fn with_queue_limit(mut self, bytes: usize) -> Self {
+        self.queue_limit_bytes = bytes;
+        self
+    }
+
+    /// Sets the drop-tail limit to `time` worth of bytes at the link rate (at least one MTU).
+    /// Has no effect on an unlimited-rate link.
+    #[must_use]
+    pub fn with_queue_time(mut self, time: Duration) -> Self {
+        if let Some(rate) = self.rate_bps {
+            self.queue_limit_bytes = queue_for(rate, time);
+        }
+        self
+    }
+
+    /// Sets the MTU (largest datagram payload carried).
+    #[must_use]
+    pub fn with_mtu(mut self, mtu: usize) -> Self {
+        self.mtu = mtu;
+        self
+    }
+}
+
+/// Why a link dropped a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// Larger than [`LinkConfig::mtu`].
+    Mtu,
+    /// The drop-tail queue was full.
+    Queue,
+    /// Lost on the wire by the [`LossModel`].
+    Loss,
+    /// The link was down ([`Link::set_up`]).
+    Down,
+}
+
+/// What [`Link::process`] did with a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// One copy was handed to the sink.
+    Delivered,
+    /// Two copies were handed to the sink.
+    Duplicated,
+    /// Nothing was handed to the sink.
+    Dropped(DropReason),
+}
+
+/// Per-link counters, printed in the simulation summary.
+///
+/// Invariant: `sent == delivered − duplicated + dropped_mtu + dropped_queue + dropped_loss +
+/// dropped_down`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LinkStats {
+    /// Datagrams offered to the link.
+    pub sent: u64,
+    /// Datagrams handed on for delivery, duplicates included.
+    pub delivered: u64,
+    /// Dropped because the drop-tail queue was full.
+    pub dropped_queue: u64,
+    /// Lost on the wire.
+    pub dropped_loss: u64,
+    /// Dropped for exceeding the MTU.
+    pub dropped_mtu: u64,
+    /// Dropped because the link was down.
+    pub dropped_down: u64,
+    /// Extra copies made.
+    pub duplicated: u64,
+    /// Datagrams with a flipped bit.
+    pub corrupted: u64,
+    /// Payload bytes handed on for delivery, duplicates included.
+    pub bytes: u64,
+}
+
+impl LinkStats {
+    /// All drops, whatever the reason.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_queue + self.dropped_loss + self.dropped_mtu + self.dropped_down
+    }
+}
+
+impl fmt::Display for LinkStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sent {} delivered {} ({} B) dropped queue/loss/mtu/down {}/{}/{}/{} dup {} corrupt {}",
+            self.sent,
+            self.delivered,
+            self.bytes,
+            self.dropped_queue,
+            self.dropped_loss,
+            self.dropped_mtu,
+            self.dropped_down,
+            self.duplicated,
+            self.corrupted
+        )
+    }
+}
+
+/// `true` with probability `p`. A draw is taken only when `p > 0`, so switching a knob off
+/// costs nothing; `p >= 1` is always true because `random::<f64>()` is in `[0, 1)`.
+fn chance(rng: &mut ChaCha8Rng, p: f64) -> bool {
+    p > 0.0 && rng.random::<f64>() < p
+}
+
+/// One direction of a link. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Link {
+    config: LinkConfig,
+    rng: ChaCha8Rng,
+    /// Origin of the queue trace's time axis.
+    epoch: Instant,
+    up: bool,
+    /// When the transmitter finishes the last accepted datagram.
+    busy_until: Option<Instant>,
+    /// Sub-nanosecond remainder of serialization times, in units of `1/rate` ns, so that a long
+    /// busy period loses no time to rounding (rate accuracy is tested to well under 1 %).
+    carry: u128,
+    /// Datagrams accepted but not finished serializing: (departure, size), in departure order.
+    backlog: VecDeque<(Instant, usize)>,
+    backlog_bytes: usize,
+    /// Arrival time of the last datagram bound by the in-order rule.
+    last_arrival: Option<Instant>,
+    /// Gilbert–Elliott state.
+    in_bad_state: bool,
+    stats: LinkStats,
+    queue_trace: Option<Vec<(Duration, usize)>>,
+}
+
+impl Link {
+    /// A link whose random draws come from `ChaCha8Rng::seed_from_u64(seed)`.
+    ///
+    /// `epoch` is the origin of the queue trace's time axis (the simulation's epoch, or the
+    /// emulator's start time).
+    pub fn new(config: LinkConfig, seed: u64, epoch: Instant) -> Self {
+        Self::with_rng(config, ChaCha8Rng::seed_from_u64(seed), epoch)
+    }
+
+    /// A link drawing from the given generator (the simulator passes one stream per link).
+    pub fn with_rng(config: LinkConfig, rng: ChaCha8Rng, epoch: Instant) -> Self {
+        Self {
+            config,
+            rng,
+            epoch,
+            up: true,
+            busy_until: None,
+            carry: 0,
+            backlog: VecDeque::new(),
+            backlog_bytes: 0,
+            last_arrival: None,
+            in_bad_state: false,
+            stats: LinkStats::default(),
+            queue_trace: None,
+        }
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> &LinkConfig {
+        &self.config
+    }
+
+    /// Changes the configuration from now on. Datagrams already accepted keep the arrival time
+    /// they were given (a rate change does not re-time the queue).
+    pub fn config_mut(&mut self) -> &mut LinkConfig {
+        &mut self.config
+    }
+
+    /// Replaces the configuration; see [`Link::config_mut`].
+    pub fn set_config(&mut self, config: LinkConfig) {
+        self.config = config;
+    }
+
+    /// Takes the link down (every datagram offered is dropped and counted as `dropped_down`) or
+    /// brings it back up. Datagrams already accepted still arrive, as if they were past the
+    /// point of failure.
+    pub fn set_up(&mut self, up: bool) {
+        self.up = up;
+    }
+
+    /// Whether the link carries traffic.
+    pub fn is_up(&self) -> bool {
+        self.up
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &LinkStats {
+        &self.stats
+    }
+
+    /// Starts (or stops and discards) recording the queue length on every enqueue and dequeue.
+    pub fn set_queue_trace(&mut self, enabled: bool) {
+        self.queue_trace = enabled.then(Vec::new);
+    }
+
+    /// Recorded `(time since epoch, bytes not yet departed)` points, in time order. Dequeues
+    /// are recorded lazily (on the next call that passes their time), so call
+    /// [`Link::queued_bytes`] with the current time first to bring the trace up to date; the
+    /// simulator does this at the end of every run.
+    pub fn queue_trace(&self) -> &[(Duration, usize)] {
+        self.queue_trace.as_deref().unwrap_or(&[])
+    }
+
+    /// Bytes accepted but not finished serializing at `now` (the drop-tail backlog).
+    pub fn queued_bytes(&mut self, now: Instant) -> usize {
+        self.drain_backlog(now);
+        self.backlog_bytes
+    }
+
+    /// Forgets datagrams that have finished serializing by `now`.
+    fn drain_backlog(&mut self, now: Instant) {
+        while let Some(&(departure, size)) = self.backlog.front() {
+            if departure > now {
+                break;
+            }
+            self.backlog.pop_front();
+            self.backlog_bytes -= size;
+            if let Some(trace) = &mut self.queue_trace {
+                trace.push((
+                    departure.saturating_duration_since(self.epoch),
+                    self.backlog_bytes,
+                ));
+            }
+        }
+    }
+
+    /// Serialization time of `size` bytes at `rate` bps, carrying the sub-ns remainder.
+    fn serialization(&mut self, size: usize, rate: u64, continuing: bool) -> Duration {
+        if !continuing {
+            self.carry = 0;
+        }
+        let numerator = size as u128 * 8 * 1_000_000_000 + self.carry;
+        let rate = u128::from(rate);
+        self.carry = numerator % rate;
+        Duration::from_nanos(u64::try_from(numerator / rate).unwrap_or(u64::MAX))
+    }
+
+    /// Whether the loss model drops the next datagram.
+    fn lose(&mut self) -> bool {
+        match self.config.loss {
+            LossModel::None => false,
+            LossModel::Random(p) => chance(&mut self.rng, p),
+            LossModel::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_in_good,
+                loss_in_bad,
+            } => {
+                let flip = if self.in_bad_state {
+                    p_bad_to_good
+                } else {
+                    p_good_to_bad
+                };
+                if chance(&mut self.rng, flip) {
+                    self.in_bad_state = !self.in_bad_state;
+                }
+                let p = if self.in_bad_state {
+                    loss_in_bad
+                } else {
+                    loss_in_good
+                };
+                chance(&mut self.rng, p)
+            }
+        }
+    }
+
+    /// Offers `dgram` to the link at `now` and passes each copy that will reach the far end to
+    /// `deliver` with its arrival time (zero, one or two calls). Arrival times are never before
+    /// `now`.
+    ///
+    /// Order of the stages: MTU check, drop-tail queue and serialization, loss, duplication,
+    /// corruption, propagation delay plus jitter (in order) or plus reorder delay.
+    pub fn process(
+        &mut self,
+        mut dgram: Datagram,
+        now: Instant,
+        mut deliver: impl FnMut(Instant, Datagram),
+    ) -> Verdict {
+        self.stats.sent += 1;
+        self.drain_backlog(now);
+        let size = dgram.data.len();
+        if !self.up {
+            return self.drop(DropReason::Down);
+        }
+        if size > self.config.mtu {
+            return self.drop(DropReason::Mtu);
+        }
+        let departure = match self.config.rate_bps {
+            None => now,
+            Some(0) => return self.drop(DropReason::Queue),
+            Some(rate) => {
+                if self.backlog_bytes.saturating_add(size) > self.config.queue_limit_bytes {
+                    return self.drop(DropReason::Queue);
+                }
+                let (start, continuing) = match self.busy_until {
+                    Some(busy) if busy >= now => (busy, true),
+                    _ => (now, false),
+                };
+                let departure = start + self.serialization(size, rate, continuing);
+                self.busy_until = Some(departure);
+                self.backlog.push_back((departure, size));
+                self.backlog_bytes += size;
+                if let Some(trace) = &mut self.queue_trace {
+                    trace.push((
+                        now.saturating_duration_since(self.epoch),
+                        self.backlog_bytes,
+                    ));
+                }
+                departure
+            }
+        };
+        if self.lose() {
+            return self.drop(DropReason::Loss);
+        }
+        // The copy is taken before corruption: a duplicate is the sender's datagram seen twice.
+        let copy = chance(&mut self.rng, self.config.duplicate).then(|| dgram.clone());
+        if !dgram.data.is_empty() && chance(&mut self.rng, self.config.corrupt) {
+            let byte = self.rng.random_range(0..dgram.data.len());
+            let bit = self.rng.random_range(0..8u32);
+            dgram.data[byte] ^= 1 << bit;
+            self.stats.corrupted += 1;
+        }
+        let mut arrival = departure + self.config.delay;
+        if !self.config.jitter.is_zero() {
+            let max = u64::try_from(self.config.jitter.as_nanos()).unwrap_or(u64::MAX);
+            arrival += Duration::from_nanos(self.rng.random_range(0..=max));
+        }
+        if chance(&mut self.rng, self.config.reorder) {
+            arrival += self.config.reorder_delay;
+        } else {
+            if let Some(last) = self.last_arrival {
+                arrival = arrival.max(last);
+            }
+            self.last_arrival = Some(arrival);
+        }
+        self.stats.delivered += 1;
+        self.stats.bytes += size as u64;
+        deliver(arrival, dgram);
+        match copy {
+            Some(copy) => {
+                self.stats.delivered += 1;
+                self.stats.duplicated += 1;
+                self.stats.bytes += size as u64;
+                deliver(arrival, copy);
+                Verdict::Duplicated
+            }
+            None => Verdict::Delivered,
+        }
+    }
+
+    fn drop(&mut self, reason: DropReason) -> Verdict {
+        let counter = match reason {
+            DropReason::Mtu => &mut self.stats.dropped_mtu,
+            DropReason::Queue => &mut self.stats.dropped_queue,
+            DropReason::Loss => &mut self.stats.dropped_loss,
+            DropReason::Down => &mut self.stats.dropped_down,
+        };
+        *counter += 1;
+        Verdict::Dropped(reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    /// An arbitrary time origin: links only ever use differences from it.
+    #[allow(clippy::disallowed_methods)]
+    fn origin() -> Instant {
+        Instant::now()
+    }
+
+    fn dgram(seq: u64, size: usize) -> Datagram {
+        let mut data = vec![0u8; size.max(8)];
+        data[..8].copy_from_slice(&seq.to_be_bytes());
+        data.truncate(size.max(8));
+        Datagram {
+            src: SocketAddr::from((Ipv4Addr::new(10, 0, 0, 1), 1)),
+            dst: SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 2)),
+            data,
+        }
+    }
+
+    fn seq_of(d: &Datagram) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&d.data[..8]);
+        u64::from_be_bytes(b)
+    }
+
+    /// Offers `n` datagrams of `size` bytes, one every `gap`, and returns what came out.
+    fn run(
+        link: &mut Link,
+        epoch: Instant,
+        n: u64,
+        size: usize,
+        gap: Duration,
+    ) -> Vec<(Instant, Datagram)> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let now = epoch + gap * u32::try_from(i).unwrap();
+            link.process(dgram(i, size), now, |at, d| out.push((at, d)));
+        }
+        out
+    }
+
+    #[test]
+    fn serialization_spaces_departures_exactly() {
+        let epoch = origin();
+        // 10 Mbit/s, 1250 B = 10_000 bits = 1 ms each.
+        let mut link = Link::new(
+            LinkConfig::new(10_000_000, Duration::from_millis(5)),
+            1,
+            epoch,
+        );
+        let out = run(&mut link, epoch, 10, 1250, Duration::ZERO);
+        for (i, (at, d)) in out.iter().enumerate() {
+            assert_eq!(seq_of(d), i as u64);
+            let expect = Duration::from_millis(5) + Duration::from_millis(i as u64 + 1);
+            assert_eq!(*at - epoch, expect);
+        }
+    }
+
+    #[test]
+    fn serialization_carries_sub_nanosecond_remainders() {
+        let epoch = origin();
+        // 3 bits per 1 ns is not an integer: 1000 B = 8000 bits = 2666.67 ns each.
+        let mut link = Link::new(LinkConfig::ideal().with_rate(Some(3_000_000_000)), 1, epoch);
+        let out = run(&mut link, epoch, 3000, 1000, Duration::ZERO);
+        // 3000 * 8000 bits / 3e9 bps = exactly 8 ms.
+        assert_eq!(out.last().unwrap().0 - epoch, Duration::from_millis(8));
+    }
+
+    #[test]
+    fn idle_link_adds_only_delay() {
+        let epoch = origin();
+        let mut link = Link::new(
+            LinkConfig::ideal().with_delay(Duration::from_millis(7)),
+            1,
+            epoch,
+        );
+        let out = run(&mut link, epoch, 5, 100, Duration::from_millis(1));
+        for (i, (at, _)) in out.iter().enumerate() {
+            assert_eq!(*at - epoch, Duration::from_millis(7 + i as u64));
+        }
+    }
+
+    #[test]
+    fn random_loss_matches_probability() {
+        let epoch = origin();
+        let p = 0.05;
+        let mut link = Link::new(
+            LinkConfig::ideal().with_loss(LossModel::Random(p)),
+            crate::seed_from_env(7),
+            epoch,
+        );
+        let n = 100_000;
+        let out = run(&mut link, epoch, n, 100, Duration::from_micros(1));
+        let lost = link.stats().dropped_loss;
+        assert_eq!(out.len() as u64 + lost, n);
+        let rate = lost as f64 / n as f64;
+        // Binomial standard deviation is 0.0007; 0.004 is more than five of them.
+        assert!((rate - p).abs() < 0.004, "loss rate {rate}, configured {p}");
+    }
+
+    #[test]
+    fn gilbert_elliott_matches_stationary_mean_and_is_bursty() {
+        let epoch = origin();
+        let model = LossModel::GilbertElliott {
+            p_good_to_bad: 0.01,
+            p_bad_to_good: 0.2,
+            loss_in_good: 0.001,
+            loss_in_bad: 0.8,
+        };
+        let expect = model.mean_loss();
+        assert!((expect - (0.2 / 0.21 * 0.001 + 0.01 / 0.21 * 0.8)).abs() < 1e-12);
+        let mut link = Link::new(
+            LinkConfig::ideal().with_loss(model),
+            crate::seed_from_env(11),
+            epoch,
+        );
+        let n: u64 = 400_000;
+        let mut lost = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let v = link.process(dgram(i, 16), epoch, |_, _| {});
+            lost.push(v == Verdict::Dropped(DropReason::Loss));
+        }
+        let rate = lost.iter().filter(|&&l| l).count() as f64 / n as f64;
+        assert!(
+            (rate - expect).abs() < 0.1 * expect,
+            "GE loss {rate}, stationary {expect}"
+        );
+        // Bursty: a loss is much more likely right after a loss than on average.
+        let pairs = lost.windows(2).filter(|w| w[0]).count() as f64;
+        let both = lost.windows(2).filter(|w| w[0] && w[1]).count() as f64;
+        let conditional = both / pairs;
+        assert!(
+            conditional > 5.0 * rate,
+            "P(loss|loss) {conditional} vs mean {rate}"
+        );
+    }
+
+    #[test]
+    fn bursty_helper_hits_requested_mean() {
+        let m = LossModel::bursty(0.02, 4.0);
+        assert!((m.mean_loss() - 0.02).abs() < 1e-12);
+        assert_eq!(LossModel::None.mean_loss(), 0.0);
+        assert_eq!(LossModel::Random(1.5).mean_loss(), 1.0);
+    }
+
+    #[test]
+    fn jitter_without_reorder_preserves_order() {
+        let epoch = origin();
+        let cfg = LinkConfig::new(50_000_000, Duration::from_millis(10))
+            .with_jitter(Duration::from_millis(5))
+            .with_queue_limit(usize::MAX);
+        let mut link = Link::new(cfg, crate::seed_from_env(3), epoch);
+        let out = run(&mut link, epoch, 20_000, 1200, Duration::from_micros(300));
+        assert_eq!(out.len(), 20_000);
+        for (i, w) in out.windows(2).enumerate() {
+            assert!(w[0].0 <= w[1].0, "arrival times go backwards at {i}");
+            assert_eq!(seq_of(&w[0].1) + 1, seq_of(&w[1].1));
+        }
+        // The jitter is really there: one-way delays spread over most of the 5 ms (not all of
+        // it: the in-order rule lifts a low draw that follows a high one).
+        let delays: Vec<Duration> = out
+            .iter()
+            .map(|(at, d)| *at - (epoch + Duration::from_micros(300) * seq_of(d) as u32))
+            .collect();
+        let min = delays.iter().min().unwrap();
+        let max = delays.iter().max().unwrap();
+        assert!(
+            *max - *min > Duration::from_millis(3),
+            "spread {:?}",
+            *max - *min
+        );
+    }
+
+    #[test]
+    fn reorder_option_reorders() {
+        let epoch = origin();
+        let cfg = LinkConfig::ideal()
+            .with_delay(Duration::from_millis(10))
+            .with_reorder(0.1, Duration::from_millis(3));
+        let mut link = Link::new(cfg, crate::seed_from_env(5), epoch);
+        let mut out = run(&mut link, epoch, 10_000, 100, Duration::from_micros(100));
+        // The simulator delivers by (arrival, insertion order); a stable sort does the same.
+        out.sort_by_key(|(at, _)| *at);
+        let inversions = out
+            .windows(2)
+            .filter(|w| seq_of(&w[0].1) > seq_of(&w[1].1))
+            .count();
+        // Each reordered datagram is overtaken by the ~30 sent during its extra 3 ms, which
+        // shows up as one inversion where it finally lands.
+        assert!((800..1200).contains(&inversions), "{inversions} inversions");
+    }
+
+    #[test]
+    fn duplicate_and_corrupt_are_counted_and_shaped() {
+        let epoch = origin();
+        let cfg = LinkConfig::ideal().with_duplicate(0.1).with_corrupt(0.2);
+        let mut link = Link::new(cfg, crate::seed_from_env(9), epoch);
+        let n = 50_000u64;
+        let mut out = Vec::new();
+        let mut flipped_seen = 0;
+        for i in 0..n {
+            let original = dgram(i, 64);
+            let v = link.process(original.clone(), epoch, |_, d| out.push(d));
+            let got = &out[out.len() - if v == Verdict::Duplicated { 2 } else { 1 }..];
+            for d in got {
+                let flipped: u32 = d
+                    .data
+                    .iter()
+                    .zip(&original.data)
+                    .map(|(a, b)| (a ^ b).count_ones())
+                    .sum();
+                assert!(flipped <= 1, "more than one bit flipped");
+                flipped_seen += u64::from(flipped);
+            }
+            if v == Verdict::Duplicated {
+                // The duplicate is the pristine datagram.
+                assert_eq!(got[1], original);
+            }
+        }
+        let s = *link.stats();
+        assert_eq!(s.delivered, n + s.duplicated);
+        let dup = s.duplicated as f64 / n as f64;
+        let cor = s.corrupted as f64 / n as f64;
+        assert!((dup - 0.1).abs() < 0.01, "dup {dup}");
+        assert!((cor - 0.2).abs() < 0.01, "corrupt {cor}");
+        // Every datagram counted as corrupted arrived with exactly one bit flipped.
+        assert_eq!(flipped_seen, s.corrupted);
+    }
+
+    #[test]
+    fn drop_tail_respects_limit() {
+        let epoch = origin();
+        let cfg = LinkConfig::new(10_000_000, Duration::from_millis(1)).with_queue_limit(10_000);
+        let mut link = Link::new(cfg, 1, epoch);
+        link.set_queue_trace(true);
+        // A burst of 100 × 1000 B at once: exactly 10 fit.
+        let out = run(&mut link, epoch, 100, 1000, Duration::ZERO);
+        assert_eq!(out.len(), 10);
+        assert_eq!(link.stats().dropped_queue, 90);
+        assert_eq!(link.queued_bytes(epoch), 10_000);
+        // After 0.8 ms one datagram (0.8 ms each at 10 Mbit/s) has left: room for one more.
+        let t = epoch + Duration::from_micros(800);
+        assert_eq!(
+            link.process(dgram(100, 1000), t, |_, _| {}),
+            Verdict::Delivered
+        );
+        assert_eq!(
+            link.process(dgram(101, 1000), t, |_, _| {}),
+            Verdict::Dropped(DropReason::Queue)
+        );
+        assert_eq!(link.queued_bytes(epoch + Duration::from_secs(1)), 0);
+        let trace = link.queue_trace();
+        assert!(trace.iter().all(|&(_, b)| b <= 10_000));
+        assert!(
+            trace.windows(2).all(|w| w[0].0 <= w[1].0),
+            "trace out of time order"
+        );
+        assert_eq!(trace.last().unwrap().1, 0);
+    }
+
+    #[test]
+    fn mtu_and_down_drop_and_count() {
+        let epoch = origin();
+        let mut link = Link::new(LinkConfig::ideal().with_mtu(1200), 1, epoch);
+        assert_eq!(
+            link.process(dgram(0, 1201), epoch, |_, _| {}),
+            Verdict::Dropped(DropReason::Mtu)
+        );
+        assert_eq!(
+            link.process(dgram(1, 1200), epoch, |_, _| {}),
+            Verdict::Delivered
+        );
+        link.set_up(false);
+        assert_eq!(
+            link.process(dgram(2, 10), epoch, |_, _| {}),
+            Verdict::Dropped(DropReason::Down)
+        );
+        let s = link.stats();
+        assert_eq!(
+            (s.sent, s.delivered, s.dropped_mtu, s.dropped_down),
+            (3, 1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn zero_rate_carries_nothing() {
+        let epoch = origin();
+        let mut link = Link::new(LinkConfig::ideal().with_rate(Some(0)), 1, epoch);
+        assert_eq!(
+            link.process(dgram(0, 10), epoch, |_, _| {}),
+            Verdict::Dropped(DropReason::Queue)
+        );
+    }
+
+    #[test]
+    fn presets_follow_design_profiles() {
+        let rtt = |c: &LinkConfig| c.delay * 2 + c.jitter;
+        assert_eq!(rtt(&LinkConfig::fiveg()), Duration::from_millis(15));
+        assert_eq!(rtt(&LinkConfig::lte()), Duration::from_millis(35));
+        assert_eq!(rtt(&LinkConfig::wifi()), Duration::from_millis(5));
+        assert_eq!(LinkConfig::lte().rate_bps, Some(30_000_000));
+        assert_eq!(LinkConfig::fiveg().rate_bps, Some(300_000_000));
+        // 30 Mbit/s × 100 ms = 375 kB.
+        assert_eq!(LinkConfig::lte().queue_limit_bytes, 375_000);
+        // One BDP of the round trip: 1 Mbit/s × 140 ms = 17.5 kB.
+        assert_eq!(LinkConfig::ncvdn().queue_limit_bytes, 17_500);
+        assert_eq!(
+            LinkConfig::viscous(Duration::from_millis(16)).delay,
+            Duration::from_millis(8)
+        );
+        assert_eq!(LinkConfig::default(), LinkConfig::ideal());
+    }
+
+    #[test]
+    fn separate_seeds_draw_independently() {
+        let epoch = origin();
+        let cfg = LinkConfig::ideal().with_loss(LossModel::Random(0.5));
+        let mut a = Link::new(cfg.clone(), 1, epoch);
+        let mut b = Link::new(cfg.clone(), 2, epoch);
+        let mut a2 = Link::new(cfg, 1, epoch);
+        let va: Vec<Verdict> = (0..256)
+            .map(|i| a.process(dgram(i, 10), epoch, |_, _| {}))
+            .collect();
+        let vb: Vec<Verdict> = (0..256)
+            .map(|i| b.process(dgram(i, 10), epoch, |_, _| {}))
+            .collect();
+        let va2: Vec<Verdict> = (0..256)
+            .map(|i| a2.process(dgram(i, 10), epoch, |_, _| {}))
+            .collect();
+        assert_eq!(va, va2);
+        assert_ne!(va, vb);
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            /// Whatever the knobs: counters add up, arrivals are never before the offer time,
+            /// order holds without reordering, and the backlog never exceeds the limit.
+            #[test]
+            fn invariants_hold(
+                seed: u64,
+                rate in prop::option::of(100_000u64..1_000_000_000),
+                delay_us in 0u64..50_000,
+                jitter_us in 0u64..20_000,
+                reorder in prop::sample::select(vec![0.0, 0.0, 0.2]),
+                loss in 0.0f64..0.5,
+                burst in prop::bool::ANY,
+                duplicate in 0.0f64..0.3,
+                corrupt in 0.0f64..0.3,
+                limit in 1_500usize..200_000,
+                packets in prop::collection::vec((0u64..2_000, 1usize..1_600), 1..400),
+            ) {
+                let epoch = origin();
+                let cfg = LinkConfig {
+                    rate_bps: rate,
+                    delay: Duration::from_micros(delay_us),
+                    jitter: Duration::from_micros(jitter_us),
+                    reorder,
+                    reorder_delay: Duration::from_millis(2),
+                    loss: if burst { LossModel::bursty(loss, 3.0) } else { LossModel::Random(loss) },
+                    duplicate,
+                    corrupt,
+                    queue_limit_bytes: limit,
+                    mtu: 1_500,
+                };
+                let mut link = Link::new(cfg, seed, epoch);
+                link.set_queue_trace(true);
+                let mut now = epoch;
+                let mut last_in_order: Option<Instant> = None;
+                for (i, (gap_us, size)) in packets.iter().enumerate() {
+                    now += Duration::from_micros(*gap_us);
+                    let mut arrivals = Vec::new();
+                    link.process(dgram(i as u64, *size), now, |at, d| arrivals.push((at, d)));
+                    for (at, _) in &arrivals {
+                        prop_assert!(*at >= now);
+                    }
+                    if reorder == 0.0 {
+                        if let Some((at, _)) = arrivals.first() {
+                            if let Some(last) = last_in_order {
+                                prop_assert!(*at >= last);
+                            }
+                            last_in_order = Some(*at);
+                        }
+                    }
+                }
+                let s = *link.stats();
+                prop_assert_eq!(s.sent, s.delivered - s.duplicated + s.dropped());
+                prop_assert_eq!(s.sent, packets.len() as u64);
+                link.queued_bytes(now + Duration::from_secs(3600));
+                for &(_, b) in link.queue_trace() {
+                    prop_assert!(b <= limit);
+                }
+            }
+        }
+    }
+}
