@@ -92,6 +92,7 @@
 
 pub mod link;
 pub mod sim;
+pub mod tern;
 pub mod trace;
 
 pub use link::{DropReason, Link, LinkConfig, LinkStats, LossModel, Verdict, DEFAULT_MTU};

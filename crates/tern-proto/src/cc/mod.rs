@@ -1,0 +1,322 @@
+//! Pluggable congestion control (DESIGN.md F10) and pacing (F11: "All sending is paced").
+//!
+//! # Contract
+//!
+//! A connection owns one [`Controller`] per path (F15: per-channel congestion control), built by
+//! the connection's [`ControllerFactory`] from that path's [`PathInfo`]. Controllers are pure
+//! state machines: they never read a clock, never touch I/O and never draw random numbers on
+//! their own; every callback receives the current time as `now`, and loss recovery's
+//! [`RttEstimator`] where it matters.
+//!
+//! The connection drives a controller like this (all callbacks have empty default bodies, so a
+//! custom controller implements only what it uses):
+//!
+//! 1. Before sending, it checks `bytes_in_flight + size <= window()` and asks the [`Pacer`]
+//!    when the packet may leave, passing [`Controller::pacing_rate`].
+//! 2. [`Controller::on_sent`] for every congestion-controlled packet sent.
+//! 3. For each ACK frame: the RTT sample goes into the path's [`RttEstimator`] first, then
+//!    [`Controller::on_ack`] once per newly acknowledged packet, then
+//!    [`Controller::on_end_acks`] once.
+//! 4. [`Controller::on_congestion_event`] once per batch of packets declared lost, with the send
+//!    time of the newest one; the controller decides whether this is a congestion signal.
+//! 5. [`Controller::on_spurious_congestion_event`] when the packets whose loss caused the most
+//!    recent reduction turn out to have been delivered.
+//! 6. [`Controller::on_mtu_update`] when the path's maximum datagram size changes.
+//!
+//! # What is here
+//!
+//! - [`Controller`], [`ControllerFactory`], [`PathInfo`], [`Metrics`]: the interface. It is
+//!   shaped for rate-based and model-based controllers too (BBR, UDT DAIMD, explicit-rate,
+//!   F12): they report [`Controller::pacing_rate`] and return a window that only caps the data
+//!   in flight.
+//! - [`Classic`]: the shared loss-based shell (slow start, recovery period, persistent
+//!   congestion, app-limited handling, random-loss tolerance), written once and parameterised
+//!   by a [`WindowAdjustment`] (the shape of neqo's `ClassicCongestionControl`).
+//! - [`NewReno`] (RFC 9002 §7.3) and [`Cubic`] (RFC 9438) window adjustments, with their
+//!   factories [`NewRenoConfig`] and [`CubicConfig`], and [`Algorithm`] to pick one by name.
+//! - [`Pacer`]: a token bucket that spreads a window's worth of packets over a round trip.
+//! - `testing` (with `cfg(test)` or the `testing` feature): `Unlimited` and `Mock` controllers.
+//!
+//! Not here yet: BBR, DAIMD, delay-gradient and explicit-rate controllers, ECN reactions,
+//! HyStart++ and packet-pair fast start (F11).
+//!
+//! [`RttEstimator`]: crate::recovery::rtt::RttEstimator
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::recovery::rtt::RttEstimator;
+
+pub mod classic;
+pub mod cubic;
+pub mod new_reno;
+pub mod pacer;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
+
+pub use classic::{Classic, ClassicConfig, WindowAdjustment};
+pub use cubic::{Cubic, CubicConfig};
+pub use new_reno::{NewReno, NewRenoConfig};
+pub use pacer::Pacer;
+
+/// Datagram size assumed when nothing better is known: the smallest maximum datagram size every
+/// QUIC-style path must support (RFC 9000 §14: 1200 bytes).
+pub const DEFAULT_MAX_DATAGRAM_SIZE: u16 = 1200;
+
+/// RTT assumed before the first sample (RFC 9002 §6.2.2 `kInitialRtt`, 333 ms).
+pub const DEFAULT_INITIAL_RTT: Duration = Duration::from_millis(333);
+
+/// What a [`ControllerFactory`] knows about the path it builds a controller for.
+///
+/// `#[non_exhaustive]` so that fields can be added (local/remote interface type, an
+/// explicit-rate router's presence, a packet-pair estimate) without breaking custom factories;
+/// build it with [`PathInfo::new`] or [`Default`] and then set fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PathInfo {
+    /// Largest UDP payload the path currently carries, in bytes.
+    pub max_datagram_size: u16,
+    /// RTT to assume before the first sample (configured, cached from an earlier connection,
+    /// or measured by the path's validation exchange).
+    pub initial_rtt: Duration,
+    /// Identifies the path within its connection, for logs and multipath-aware controllers.
+    pub path_id: u32,
+}
+
+impl PathInfo {
+    /// Describes a path.
+    pub fn new(max_datagram_size: u16, initial_rtt: Duration, path_id: u32) -> Self {
+        Self {
+            max_datagram_size,
+            initial_rtt,
+            path_id,
+        }
+    }
+}
+
+impl Default for PathInfo {
+    /// Path 0 with the protocol minimum datagram size and the RFC 9002 initial RTT.
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_DATAGRAM_SIZE, DEFAULT_INITIAL_RTT, 0)
+    }
+}
+
+/// A congestion controller for one path.
+///
+/// Implementations must never panic on any sequence of calls or argument values (times may
+/// repeat or even go backwards relative to earlier callbacks if the caller's packets were sent
+/// out of order, sizes may be zero). Window and rates are in bytes and bytes per second.
+pub trait Controller: Send + fmt::Debug {
+    /// A congestion-controlled packet of `bytes` bytes was sent; `bytes_in_flight` includes it.
+    fn on_sent(&mut self, now: Instant, bytes: u64, bytes_in_flight: u64) {
+        let _ = (now, bytes, bytes_in_flight);
+    }
+
+    /// One acknowledged packet, sent at `sent`, of `bytes` bytes. `app_limited` = the sender had
+    /// nothing to send when it was sent (so this ACK says nothing about a larger window).
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        rtt: &RttEstimator,
+    ) {
+        let _ = (now, sent, bytes, app_limited, rtt);
+    }
+
+    /// Called once after a batch of acks from one ACK frame was processed.
+    ///
+    /// `app_limited` = the sender is application-limited right now (it has no data waiting and
+    /// the window is not full); `largest_acked_sent` is the send time of the newest packet the
+    /// frame newly acknowledged, if any.
+    fn on_end_acks(
+        &mut self,
+        now: Instant,
+        bytes_in_flight: u64,
+        app_limited: bool,
+        largest_acked_sent: Option<Instant>,
+    ) {
+        let _ = (now, bytes_in_flight, app_limited, largest_acked_sent);
+    }
+
+    /// Packets declared lost. `largest_lost_sent` is the send time of the newest lost packet (to
+    /// tell one loss event per round trip). `persistent_congestion` per RFC 9002 §7.6.
+    fn on_congestion_event(
+        &mut self,
+        now: Instant,
+        largest_lost_sent: Instant,
+        lost_bytes: u64,
+        persistent_congestion: bool,
+        rtt: &RttEstimator,
+    ) {
+        let _ = (
+            now,
+            largest_lost_sent,
+            lost_bytes,
+            persistent_congestion,
+            rtt,
+        );
+    }
+
+    /// A packet counted lost earlier was later acknowledged (spurious loss): controllers may undo
+    /// the reduction it caused.
+    fn on_spurious_congestion_event(&mut self) {}
+
+    /// The path's maximum datagram size changed.
+    fn on_mtu_update(&mut self, max_datagram_size: u16) {
+        let _ = max_datagram_size;
+    }
+
+    /// Congestion window in bytes (rate-based controllers return a cap, e.g. 2×rate×rtt).
+    fn window(&self) -> u64;
+
+    /// Pacing rate in bytes/s; `None` = the pacer derives it from window / smoothed RTT.
+    fn pacing_rate(&self, rtt: &RttEstimator) -> Option<u64> {
+        let _ = rtt;
+        None
+    }
+
+    /// The window the controller started with, in bytes.
+    fn initial_window(&self) -> u64;
+
+    /// A snapshot of the controller's state for stats, qlog and tests.
+    fn metrics(&self) -> Metrics;
+
+    /// Short lowercase name, e.g. `"cubic"`, for logs and benchmark reports.
+    fn name(&self) -> &'static str;
+}
+
+/// Builds one [`Controller`] per path.
+///
+/// A connection configuration holds an `Arc<dyn ControllerFactory>`, so applications can plug in
+/// their own controllers (UDT's CCC idea, F10) as easily as the built-in ones.
+pub trait ControllerFactory: Send + Sync + fmt::Debug {
+    /// A fresh controller for the path described by `info`, created at `now`.
+    fn build(&self, now: Instant, info: &PathInfo) -> Box<dyn Controller>;
+}
+
+/// State of a controller, as reported by [`Controller::metrics`].
+///
+/// `#[non_exhaustive]`: custom controllers build it with [`Metrics::new`] and assign the fields
+/// they know.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Congestion window in bytes.
+    pub window: u64,
+    /// Slow-start threshold in bytes, `None` while unset (infinite) or meaningless.
+    pub ssthresh: Option<u64>,
+    /// Pacing rate in bytes/s, if the controller sets one.
+    pub pacing_rate: Option<u64>,
+    /// Whether the controller is in slow start (or another start-up phase).
+    pub in_slow_start: bool,
+    /// Losses that were treated as congestion and reduced the window (at most one per round
+    /// trip), including persistent congestion.
+    pub congestion_events: u64,
+    /// Loss events judged not to be congestion (random-loss tolerance) and so ignored.
+    pub non_congestive_losses: u64,
+    /// Persistent-congestion collapses to the minimum window.
+    pub persistent_congestion_events: u64,
+    /// Reductions undone because their loss turned out to be spurious.
+    pub undone_congestion_events: u64,
+}
+
+impl Metrics {
+    /// Metrics with the given window and everything else zero or unset.
+    pub fn new(window: u64) -> Self {
+        Self {
+            window,
+            ssthresh: None,
+            pacing_rate: None,
+            in_slow_start: false,
+            congestion_events: 0,
+            non_congestive_losses: 0,
+            persistent_congestion_events: 0,
+            undone_congestion_events: 0,
+        }
+    }
+}
+
+/// The built-in controllers, by name, with their default configuration.
+///
+/// Convenient for CLIs and benchmark matrices; for tuned settings use [`NewRenoConfig`] or
+/// [`CubicConfig`] directly as the factory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// NewReno, RFC 9002 §7.3.
+    NewReno,
+    /// CUBIC, RFC 9438 (the default, as in Linux).
+    #[default]
+    Cubic,
+}
+
+impl Algorithm {
+    /// Every built-in algorithm, for benchmark sweeps.
+    pub const ALL: &'static [Algorithm] = &[Algorithm::NewReno, Algorithm::Cubic];
+
+    /// The name used by [`FromStr`] and [`Controller::name`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::NewReno => "newreno",
+            Algorithm::Cubic => "cubic",
+        }
+    }
+
+    /// A shareable factory with the algorithm's default configuration.
+    pub fn factory(self) -> Arc<dyn ControllerFactory> {
+        match self {
+            Algorithm::NewReno => Arc::new(NewRenoConfig::default()),
+            Algorithm::Cubic => Arc::new(CubicConfig::default()),
+        }
+    }
+}
+
+impl ControllerFactory for Algorithm {
+    fn build(&self, now: Instant, info: &PathInfo) -> Box<dyn Controller> {
+        match self {
+            Algorithm::NewReno => NewRenoConfig::default().build(now, info),
+            Algorithm::Cubic => CubicConfig::default().build(now, info),
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = UnknownAlgorithm;
+
+    /// Case-insensitive; accepts `newreno`, `new_reno`, `new-reno`, `reno` and `cubic`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "newreno" | "new_reno" | "new-reno" | "reno" => Ok(Algorithm::NewReno),
+            "cubic" => Ok(Algorithm::Cubic),
+            _ => Err(UnknownAlgorithm(s.to_owned())),
+        }
+    }
+}
+
+/// A congestion control algorithm name that [`Algorithm::from_str`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownAlgorithm(pub String);
+
+impl fmt::Display for UnknownAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown congestion control algorithm {:?} (known: newreno, cubic)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownAlgorithm {}

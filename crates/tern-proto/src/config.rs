@@ -1,0 +1,148 @@
+//! Configuration of endpoints and connections. Every default is stated with its reason.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cc::{ControllerFactory, CubicConfig};
+use crate::crypto::StaticKeypair;
+
+/// Flow and credit limits a side grants its peer.
+#[derive(Debug, Clone)]
+pub struct FlowConfig {
+    /// Per-flow receive window in bytes. 4 MiB covers 100 Mbit/s × 320 ms.
+    pub flow_window: u64,
+    /// Connection receive window in bytes (all flows together).
+    pub connection_window: u64,
+    /// Per-flow send buffer: writes beyond this many unacknowledged bytes are refused until
+    /// data is acknowledged, which bounds memory per flow.
+    pub send_buffer: u64,
+    /// Flows the peer may have open at once, both ways / one way.
+    pub max_concurrent_bidi: u64,
+    /// See `max_concurrent_bidi`.
+    pub max_concurrent_uni: u64,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        Self {
+            flow_window: 4 << 20,
+            connection_window: 16 << 20,
+            send_buffer: 4 << 20,
+            max_concurrent_bidi: 100,
+            max_concurrent_uni: 100,
+        }
+    }
+}
+
+/// Settings of one connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Flow-control limits granted to the peer.
+    pub flows: FlowConfig,
+    /// The congestion controller for each path (DESIGN.md F10). CUBIC by default.
+    pub congestion: Arc<dyn ControllerFactory>,
+    /// RTT assumed before the first sample (RFC 9002 uses 333 ms; the mobile edge is
+    /// nearer, and a too-large value only slows the first retransmission).
+    pub initial_rtt: Duration,
+    /// Close the connection after this long without hearing from the peer.
+    pub idle_timeout: Duration,
+    /// Send a PING when nothing ack-eliciting was sent for this long (keeps NAT bindings and
+    /// detects a dead peer). None: no keep-alive.
+    pub keep_alive: Option<Duration>,
+    /// Give up a handshake after this long.
+    pub handshake_timeout: Duration,
+    /// Most we delay an ACK (advertised to the peer).
+    pub max_ack_delay: Duration,
+    /// Acknowledge at least every this many ack-eliciting packets.
+    pub ack_frequency: u32,
+    /// Largest UDP payload we send once the handshake is done (IPv6 minimum-safe value on a
+    /// 1500-byte Ethernet MTU; PMTU discovery will raise or lower it, DESIGN.md F14).
+    pub max_datagram_size: u16,
+    /// Largest UDP payload we accept.
+    pub max_recv_datagram_size: u16,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            flows: FlowConfig::default(),
+            congestion: Arc::new(CubicConfig::default()),
+            initial_rtt: Duration::from_millis(100),
+            idle_timeout: Duration::from_secs(30),
+            keep_alive: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_ack_delay: Duration::from_millis(10),
+            ack_frequency: 2,
+            max_datagram_size: 1452,
+            max_recv_datagram_size: 1500,
+        }
+    }
+}
+
+/// When a server asks clients to prove their address with a Retry before it keeps state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryPolicy {
+    /// Never: accept every valid Initial (the 3× amplification limit still applies).
+    Never,
+    /// Always send a Retry first.
+    Always,
+    /// Only while more than this many handshakes are in progress (under load).
+    AboveHandshakes(usize),
+}
+
+/// Settings of an endpoint: identity, secrets and defaults for its connections.
+#[derive(Clone)]
+pub struct EndpointConfig {
+    /// This node's static key: its identity.
+    pub keypair: StaticKeypair,
+    /// Secret for stateless-reset tokens. Keep it across restarts so that peers of a crashed
+    /// instance learn at once that their connection is gone.
+    pub reset_secret: [u8; 32],
+    /// Seed of the endpoint's RNG (connection IDs, ephemeral keys, retry tokens). Drivers
+    /// pass OS entropy; simulations pass a seed, which makes them reproducible.
+    pub rng_seed: [u8; 32],
+    /// Whether this endpoint accepts incoming connections.
+    pub server: bool,
+    /// Retry policy for incoming connections.
+    pub retry: RetryPolicy,
+    /// Lifetime of a retry token.
+    pub retry_token_lifetime: Duration,
+    /// Defaults for connections.
+    pub connection: ConnectionConfig,
+    /// Most connections kept at once; further Initials are refused.
+    pub max_connections: usize,
+}
+
+impl std::fmt::Debug for EndpointConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointConfig")
+            .field("public_key", &self.keypair.public())
+            .field("server", &self.server)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EndpointConfig {
+    /// A configuration with `keypair` and secrets derived from `seed` (32 random bytes).
+    pub fn new(keypair: StaticKeypair, seed: [u8; 32]) -> Self {
+        let mut reset_secret = seed;
+        reset_secret[0] ^= 0x5a;
+        Self {
+            keypair,
+            reset_secret,
+            rng_seed: seed,
+            server: false,
+            retry: RetryPolicy::AboveHandshakes(256),
+            retry_token_lifetime: Duration::from_secs(10),
+            connection: ConnectionConfig::default(),
+            max_connections: 100_000,
+        }
+    }
+
+    /// Accepts incoming connections.
+    pub fn server(mut self) -> Self {
+        self.server = true;
+        self
+    }
+}

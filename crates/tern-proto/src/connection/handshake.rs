@@ -1,0 +1,514 @@
+//! The connection's side of the handshake (docs/PROTOCOL.md §7): building and resending the
+//! handshake flights, reading the peer's, and switching to packet protection.
+//!
+//! Client, IK: Initial(msg1: params + first-flight frames) → Handshake(msg2: params) — done.
+//! Client, XX: Initial(msg1: params) → Handshake(msg2) → Handshake(msg3) — done when the first
+//! protected packet from the server arrives. A lost flight is resent on a timer with
+//! exponential backoff; a duplicate of the peer's previous flight also triggers a resend.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::{Connection, State};
+use crate::crypto::{Handshake, HandshakePattern};
+use crate::error::ConnectionError;
+use crate::event::Event;
+use crate::recovery::SentFrame;
+use crate::wire::{self, ConnectionId, TransportErrorCode, TransportParams, WriteExt};
+use crate::Side;
+
+/// First byte of an Initial payload: which Noise pattern follows.
+pub(crate) const PATTERN_IK: u8 = 1;
+/// See [`PATTERN_IK`].
+pub(crate) const PATTERN_XX: u8 = 2;
+/// A Handshake payload of one byte is a refusal with this reason (Noise messages are longer).
+pub(crate) const REFUSE_AUTHENTICATION: u8 = 1;
+/// See [`REFUSE_AUTHENTICATION`].
+pub(crate) const REFUSE_BUSY: u8 = 2;
+
+/// Client-side handshake state before keys exist.
+#[derive(Debug, Default)]
+pub(crate) struct HandshakeState {
+    /// The Noise first message (kept to rebuild the Initial with a Retry token).
+    pub(crate) msg1: Option<Vec<u8>>,
+    /// Retry token from the server.
+    pub(crate) token: Vec<u8>,
+    pub(crate) retried: bool,
+    /// Flow data carried in the first flight, acknowledged implicitly by the response.
+    pub(crate) first_flight: Vec<SentFrame>,
+}
+
+/// A handshake datagram that is resent until the handshake is confirmed.
+#[derive(Debug)]
+pub(crate) struct Flight {
+    pub(crate) datagram: Vec<u8>,
+    pub(crate) send_now: bool,
+    pub(crate) retransmit_at: Option<Instant>,
+    pub(crate) backoff: u32,
+}
+
+impl Flight {
+    fn new(datagram: Vec<u8>) -> Self {
+        Self {
+            datagram,
+            send_now: true,
+            retransmit_at: None,
+            backoff: 0,
+        }
+    }
+}
+
+/// The prologue binds the version and the client's connection IDs into the handshake hash, so
+/// a changed Initial header fails authentication.
+pub(crate) fn prologue(odcid: &ConnectionId, client_cid: &ConnectionId) -> Vec<u8> {
+    let mut p = b"tern/1".to_vec();
+    p.extend_from_slice(&wire::VERSION_1.to_be_bytes());
+    p.push(odcid.len() as u8);
+    p.extend_from_slice(odcid.as_bytes());
+    p.push(client_cid.len() as u8);
+    p.extend_from_slice(client_cid.as_bytes());
+    p
+}
+
+/// Encodes a handshake payload: length-prefixed transport parameters, then frames.
+fn params_payload(params: &TransportParams, out: &mut Vec<u8>) {
+    let mut tp = Vec::new();
+    params.encode(&mut tp);
+    out.put_varint(tp.len() as u64);
+    out.extend_from_slice(&tp);
+}
+
+/// Splits a handshake payload into transport parameters and the frames after them.
+fn parse_payload(payload: &[u8]) -> Result<(TransportParams, &[u8]), TransportErrorCode> {
+    let mut r = wire::Reader::new(payload);
+    let len = r
+        .varint()
+        .map_err(|_| TransportErrorCode::TRANSPORT_PARAMETER_ERROR)?;
+    let tp = r
+        .bytes(len as usize)
+        .map_err(|_| TransportErrorCode::TRANSPORT_PARAMETER_ERROR)?;
+    let params =
+        TransportParams::decode(tp).map_err(|_| TransportErrorCode::TRANSPORT_PARAMETER_ERROR)?;
+    use crate::flow::{PRE_HANDSHAKE_CREDIT, PRE_HANDSHAKE_FLOWS};
+    let too_small = params.initial_max_data < PRE_HANDSHAKE_CREDIT
+        || params.initial_max_flow_data_bidi_local < PRE_HANDSHAKE_CREDIT
+        || params.initial_max_flow_data_bidi_remote < PRE_HANDSHAKE_CREDIT
+        || params.initial_max_flow_data_uni < PRE_HANDSHAKE_CREDIT
+        || params.initial_max_flows_bidi < PRE_HANDSHAKE_FLOWS
+        || params.initial_max_flows_uni < PRE_HANDSHAKE_FLOWS;
+    if too_small || params.max_datagram_size < wire::MIN_MAX_DATAGRAM_SIZE {
+        return Err(TransportErrorCode::TRANSPORT_PARAMETER_ERROR);
+    }
+    Ok((params, r.rest()))
+}
+
+/// Builds a long-header datagram.
+pub(crate) fn long_packet(
+    ty: wire::LongType,
+    dcid: &ConnectionId,
+    scid: &ConnectionId,
+    token: &[u8],
+    payload: &[u8],
+    pad_to: usize,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pad_to.max(payload.len() + 64));
+    wire::encode_long_packet(&mut out, ty, wire::VERSION_1, dcid, scid, token, payload);
+    if out.len() < pad_to {
+        out.resize(pad_to, 0);
+    }
+    out
+}
+
+impl Connection {
+    /// Starts a client connection's first flight (called on the first `poll_transmit`).
+    pub(crate) fn build_initial(&mut self) {
+        let State::Handshake(hs) = &mut self.state else {
+            return;
+        };
+        if hs.msg1.is_none() {
+            let Some(noise) = self.handshake.as_mut() else {
+                return;
+            };
+            let ik = noise.pattern() == HandshakePattern::IK;
+            let mut payload = Vec::with_capacity(1200);
+            params_payload(&self.local_params, &mut payload);
+            let mut first_flight = Vec::new();
+            if ik {
+                // IK encrypts the first message to the server's key: data may ride along.
+                let budget = 1200usize.saturating_sub(payload.len() + 200);
+                let mut frames = std::mem::take(&mut self.scratch);
+                frames.clear();
+                self.write_flow_frames(&mut frames, budget, &mut first_flight);
+                payload.extend_from_slice(&frames);
+                self.scratch = frames;
+            }
+            let mut msg = vec![if ik { PATTERN_IK } else { PATTERN_XX }];
+            let Some(noise) = self.handshake.as_mut() else {
+                return;
+            };
+            if noise.write(&payload, &mut msg).is_err() {
+                self.enter_drained(ConnectionError::HandshakeRefused);
+                return;
+            }
+            let State::Handshake(hs) = &mut self.state else {
+                return;
+            };
+            hs.first_flight = first_flight;
+            hs.msg1 = Some(msg);
+        }
+        self.rebuild_initial();
+    }
+
+    fn rebuild_initial(&mut self) {
+        let State::Handshake(hs) = &self.state else {
+            return;
+        };
+        let Some(msg1) = &hs.msg1 else { return };
+        let datagram = long_packet(
+            wire::LongType::Initial,
+            &self.original_dcid,
+            &self.local_cid,
+            &hs.token,
+            msg1,
+            wire::MIN_INITIAL_DATAGRAM_SIZE,
+        );
+        let backoff = self.flight.as_ref().map_or(0, |f| f.backoff);
+        let mut flight = Flight::new(datagram);
+        flight.backoff = backoff;
+        self.flight = Some(flight);
+    }
+
+    /// When the handshake flight must be resent.
+    pub(crate) fn flight_timer(&self) -> Option<Instant> {
+        if self.confirmed {
+            return None;
+        }
+        self.flight.as_ref()?.retransmit_at
+    }
+
+    /// Resends the handshake flight when its timer expired.
+    pub(crate) fn handshake_timeout(&mut self, now: Instant) {
+        if self.confirmed {
+            return;
+        }
+        if let Some(f) = self.flight.as_mut() {
+            if f.retransmit_at.is_some_and(|t| now >= t) {
+                f.send_now = true;
+                f.retransmit_at = None;
+                f.backoff = (f.backoff + 1).min(8);
+            }
+        }
+    }
+
+    /// Copies the handshake flight into `buf` if it is due and the amplification limit allows.
+    pub(crate) fn poll_flight(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<usize> {
+        if matches!(self.state, State::Handshake(_)) && self.side == Side::Client {
+            let State::Handshake(hs) = &self.state else {
+                return None;
+            };
+            if hs.msg1.is_none() {
+                self.build_initial();
+            }
+        }
+        let pto = self.paths[0].rtt.pto_base();
+        let budget = self.paths[0].amplification_budget();
+        let flight = self.flight.as_mut()?;
+        if !flight.send_now || self.confirmed {
+            return None;
+        }
+        if flight.datagram.len() as u64 > budget {
+            // Wait for more bytes from the client (3× limit before address validation).
+            return None;
+        }
+        flight.send_now = false;
+        flight.retransmit_at = Some(now + pto * (1 << flight.backoff));
+        buf.extend_from_slice(&flight.datagram);
+        Some(flight.datagram.len())
+    }
+
+    /// A long-header packet arrived for this connection.
+    pub(crate) fn handle_long(
+        &mut self,
+        now: Instant,
+        packet: &wire::LongPacket<'_>,
+    ) -> Result<(), TransportErrorCode> {
+        match (self.side, packet.ty) {
+            (Side::Server, wire::LongType::Initial) => {
+                // The client did not hear our response: send it again.
+                if !self.confirmed {
+                    if let Some(f) = self.flight.as_mut() {
+                        f.send_now = true;
+                    }
+                }
+                Ok(())
+            }
+            (Side::Client, wire::LongType::Retry) => {
+                self.on_retry(packet.token);
+                Ok(())
+            }
+            (Side::Client, wire::LongType::Handshake) => self.client_on_response(now, packet),
+            (Side::Server, wire::LongType::Handshake) => self.server_on_msg3(now, packet),
+            _ => Ok(()),
+        }
+    }
+
+    fn on_retry(&mut self, token: &[u8]) {
+        let State::Handshake(hs) = &mut self.state else {
+            return;
+        };
+        if hs.retried || token.is_empty() {
+            return;
+        }
+        hs.retried = true;
+        hs.token = token.to_vec();
+        self.rebuild_initial();
+    }
+
+    fn client_on_response(
+        &mut self,
+        now: Instant,
+        packet: &wire::LongPacket<'_>,
+    ) -> Result<(), TransportErrorCode> {
+        if !matches!(self.state, State::Handshake(_)) {
+            // A duplicate of msg2: our msg3 was probably lost (XX).
+            if !self.confirmed {
+                if let Some(f) = self.flight.as_mut() {
+                    f.send_now = true;
+                }
+            }
+            return Ok(());
+        }
+        if packet.payload.len() == 1 {
+            // A refusal in clear: the server could not read our first message.
+            let error = match packet.payload[0] {
+                REFUSE_AUTHENTICATION => ConnectionError::HandshakeRefused,
+                _ => ConnectionError::ConnectionRefused,
+            };
+            self.enter_drained(error);
+            return Ok(());
+        }
+        let Some(noise) = self.handshake.as_mut() else {
+            return Ok(());
+        };
+        let mut payload = Vec::new();
+        if noise.read(packet.payload, &mut payload).is_err() {
+            // Not from the server we are talking to: ignore (an attacker cannot end us).
+            self.stats.auth_failures += 1;
+            self.events.push_back(Event::SecurityViolation(
+                crate::event::Violation::Authentication,
+            ));
+            return Ok(());
+        }
+        let (params, frames) = parse_payload(&payload)?;
+        if !frames.is_empty() {
+            return Err(TransportErrorCode::PROTOCOL_VIOLATION);
+        }
+        self.peer_key = noise.remote_static();
+        let pattern = noise.pattern();
+        self.remote_cid = packet.scid;
+        self.apply_peer_params(params);
+        if pattern == HandshakePattern::XX {
+            let Some(noise) = self.handshake.as_mut() else {
+                return Ok(());
+            };
+            let mut msg3 = Vec::new();
+            if noise.write(&[], &mut msg3).is_err() {
+                return Err(TransportErrorCode::CRYPTO_ERROR);
+            }
+            let datagram = long_packet(
+                wire::LongType::Handshake,
+                &self.remote_cid,
+                &self.local_cid,
+                &[],
+                &msg3,
+                0,
+            );
+            self.flight = Some(Flight::new(datagram));
+        } else {
+            self.flight = None;
+            self.confirmed = true;
+        }
+        let State::Handshake(hs) = std::mem::replace(&mut self.state, State::Established) else {
+            return Ok(());
+        };
+        // The response acknowledges the whole first flight.
+        self.on_acked_frames(&hs.first_flight);
+        self.install_keys();
+        self.paths[0].validated = true;
+        self.idle_deadline = Some(now + self.idle_timeout);
+        self.events.push_back(Event::Connected);
+        Ok(())
+    }
+
+    fn server_on_msg3(
+        &mut self,
+        now: Instant,
+        packet: &wire::LongPacket<'_>,
+    ) -> Result<(), TransportErrorCode> {
+        if !matches!(self.state, State::Handshake(_)) {
+            return Ok(());
+        }
+        let Some(noise) = self.handshake.as_mut() else {
+            return Ok(());
+        };
+        let mut payload = Vec::new();
+        if noise.read(packet.payload, &mut payload).is_err() {
+            self.stats.auth_failures += 1;
+            self.events.push_back(Event::SecurityViolation(
+                crate::event::Violation::Authentication,
+            ));
+            return Ok(());
+        }
+        self.peer_key = noise.remote_static();
+        self.state = State::Established;
+        self.install_keys();
+        self.on_address_validated();
+        self.handshake_done_pending = true;
+        self.idle_deadline = Some(now + self.idle_timeout);
+        self.events.push_back(Event::Connected);
+        Ok(())
+    }
+
+    /// The peer proved it owns its address (decrypted packet, msg3 or retry token).
+    pub(crate) fn on_address_validated(&mut self) {
+        self.paths[0].validated = true;
+        if self.side == Side::Server {
+            self.confirmed = true;
+            self.flight = None;
+        }
+    }
+
+    pub(crate) fn install_keys(&mut self) {
+        if let Some(mut noise) = self.handshake.take() {
+            self.keys = noise.split();
+        }
+        let mtu = self.max_datagram_size();
+        self.paths[0].mtu = mtu;
+        self.paths[0].cc.on_mtu_update(mtu);
+    }
+
+    /// The datagram size both sides accept.
+    pub(crate) fn max_datagram_size(&self) -> u16 {
+        let peer = self
+            .peer_params
+            .as_ref()
+            .map_or(1200, |p| p.max_datagram_size.min(u64::from(u16::MAX)) as u16);
+        self.config.max_datagram_size.min(peer).max(1200)
+    }
+
+    pub(crate) fn apply_peer_params(&mut self, params: TransportParams) {
+        self.flows.apply_peer_limits(
+            params.initial_max_data,
+            [params.initial_max_flows_bidi, params.initial_max_flows_uni],
+            params.initial_max_flow_data_bidi_local,
+            params.initial_max_flow_data_bidi_remote,
+            params.initial_max_flow_data_uni,
+        );
+        if params.idle_timeout_ms > 0 {
+            let peer = std::time::Duration::from_millis(params.idle_timeout_ms);
+            self.idle_timeout = self.idle_timeout.min(peer);
+        }
+        self.peer_reset_token = params.stateless_reset_token;
+        self.peer_params = Some(params);
+    }
+}
+
+/// What the server does with a first Initial.
+pub(crate) enum Accept {
+    /// A new connection.
+    Connection(Box<Connection>),
+    /// Refuse in clear with this reason byte.
+    Refuse(u8),
+    /// Drop silently (malformed).
+    Drop,
+}
+
+/// Server: reads a client's first message and builds the connection with its response.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn accept(
+    now: Instant,
+    config: std::sync::Arc<crate::config::ConnectionConfig>,
+    keypair: &crate::crypto::StaticKeypair,
+    entropy: [u8; 32],
+    local_cid: ConnectionId,
+    mut local_params: TransportParams,
+    remote: SocketAddr,
+    packet: &wire::LongPacket<'_>,
+    datagram_len: usize,
+    validated: bool,
+) -> Accept {
+    let Some((&pattern_byte, msg1)) = packet.payload.split_first() else {
+        return Accept::Drop;
+    };
+    let pattern = match pattern_byte {
+        PATTERN_IK => HandshakePattern::IK,
+        PATTERN_XX => HandshakePattern::XX,
+        _ => return Accept::Drop,
+    };
+    let prologue = prologue(&packet.dcid, &packet.scid);
+    let Ok(mut noise) = Handshake::responder(keypair, pattern, &prologue, entropy) else {
+        return Accept::Drop;
+    };
+    let mut payload = Vec::new();
+    if noise.read(msg1, &mut payload).is_err() {
+        return Accept::Refuse(REFUSE_AUTHENTICATION);
+    }
+    let Ok((params, frames)) = parse_payload(&payload) else {
+        return Accept::Drop;
+    };
+    if pattern == HandshakePattern::XX && !frames.is_empty() {
+        // XX's first message is not encrypted: it must not carry data.
+        return Accept::Drop;
+    }
+    local_params.stateless_reset_token = local_params.stateless_reset_token.or(None);
+    let mut conn = Connection::new(
+        Side::Server,
+        now,
+        config,
+        local_cid,
+        packet.scid,
+        packet.dcid,
+        remote,
+        local_params.clone(),
+        noise,
+    );
+    conn.paths[0].bytes_received = datagram_len as u64;
+    conn.stats.datagrams_received = 1;
+    conn.stats.bytes_received = datagram_len as u64;
+    conn.apply_peer_params(params);
+    // Response: msg2 with our transport parameters.
+    let mut out_payload = Vec::new();
+    params_payload(&local_params, &mut out_payload);
+    let mut msg2 = Vec::new();
+    let Some(noise) = conn.handshake.as_mut() else {
+        return Accept::Drop;
+    };
+    if noise.write(&out_payload, &mut msg2).is_err() {
+        return Accept::Drop;
+    }
+    conn.peer_key = noise.remote_static();
+    let datagram = long_packet(
+        wire::LongType::Handshake,
+        &conn.remote_cid,
+        &conn.local_cid,
+        &[],
+        &msg2,
+        0,
+    );
+    conn.flight = Some(Flight::new(datagram));
+    if validated {
+        conn.paths[0].validated = true;
+    }
+    if pattern == HandshakePattern::IK {
+        conn.state = State::Established;
+        conn.install_keys();
+        conn.events.push_back(Event::Connected);
+        if !frames.is_empty() {
+            let frames = frames.to_vec();
+            if let Err((code, reason)) = conn.process_frames(now, 0, &frames) {
+                conn.fail(now, code, reason);
+            }
+        }
+    }
+    Accept::Connection(Box::new(conn))
+}

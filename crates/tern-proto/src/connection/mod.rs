@@ -1,0 +1,629 @@
+//! One tern connection: handshake, flows, recovery and close, as a sans-I/O state machine.
+//!
+//! # Driving a connection
+//! Connections live inside an [`Endpoint`](crate::Endpoint), which routes datagrams to them
+//! and drives their timers; applications reach one through `Endpoint::connection_mut`.
+//! The methods fall into four kinds:
+//! - getters (`stats`, `side`, `remote_address`, `is_established`, …);
+//! - commands from the application (`open_flow`, `write`, `finish`, `read`, `close`, …);
+//! - `handle_*` inputs, called by the endpoint (a datagram arrived, a timer fired);
+//! - `poll_*` outputs: `poll_transmit` (a datagram to send), `poll_timeout` (when to call
+//!   `handle_timeout` next) and `poll_event` (something for the application).
+//!
+//! After any command or input, call `poll_transmit` until it returns `None`, then re-read
+//! `poll_timeout` and drain `poll_event`. Time only moves forward: every `now` passed in must
+//! be at least the previous one.
+
+pub(crate) mod handshake;
+mod recv;
+mod send;
+mod stats;
+
+pub use send::Transmit;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+pub use stats::ConnectionStats;
+
+use crate::config::ConnectionConfig;
+use crate::crypto::{Handshake, PacketKey, PublicKey, RESET_TOKEN_LEN};
+use crate::error::{ConnectionError, OpenError, ReadError, WriteError};
+use crate::event::Event;
+use crate::flow::{Dir, FlowId, FlowSet};
+use crate::path::Path;
+use crate::wire::{ConnectionId, TransportErrorCode, TransportParams};
+use crate::Side;
+
+/// Where a connection is in its life.
+#[derive(Debug)]
+pub(crate) enum State {
+    /// Handshake messages are being exchanged.
+    Handshake(handshake::HandshakeState),
+    /// Keys are in place; flows carry data.
+    Established,
+    /// We closed: our Close frame is (re)sent until the peer answers or the deadline passes.
+    Closing { deadline: Instant, resends: u32 },
+    /// The peer closed: we answer once and wait out stragglers until the deadline.
+    Draining { deadline: Instant },
+    /// Resources may be freed.
+    Drained,
+}
+
+/// A close frame waiting to be sent.
+#[derive(Debug, Clone)]
+pub(crate) struct PendingClose {
+    pub(crate) application: bool,
+    pub(crate) code: u64,
+    pub(crate) reason: Bytes,
+}
+
+/// A tern connection (see the module documentation for how to drive it).
+#[derive(Debug)]
+pub struct Connection {
+    side: Side,
+    pub(crate) state: State,
+    config: Arc<ConnectionConfig>,
+    pub(crate) local_cid: ConnectionId,
+    pub(crate) remote_cid: ConnectionId,
+    /// The client's first destination CID (names the connection until the server's is known).
+    pub(crate) original_dcid: ConnectionId,
+    pub(crate) keys: Option<(PacketKey, PacketKey)>,
+    pub(crate) handshake: Option<Handshake>,
+    pub(crate) peer_params: Option<TransportParams>,
+    pub(crate) local_params: TransportParams,
+    pub(crate) peer_key: Option<PublicKey>,
+    pub(crate) peer_reset_token: Option<[u8; RESET_TOKEN_LEN]>,
+    pub(crate) paths: Vec<Path>,
+    pub(crate) flows: FlowSet,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) stats: ConnectionStats,
+    /// Handshake is confirmed: no more handshake retransmissions are needed.
+    pub(crate) confirmed: bool,
+    pub(crate) handshake_done_pending: bool,
+    pub(crate) close: Option<PendingClose>,
+    /// Why the connection ended, once it did.
+    pub(crate) error: Option<ConnectionError>,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) idle_deadline: Option<Instant>,
+    pub(crate) handshake_deadline: Instant,
+    /// A PING is due (keep-alive or probe).
+    pub(crate) ping_pending: bool,
+    /// Probe packets to send now, regardless of the congestion window (PTO).
+    pub(crate) probes: u32,
+    pub(crate) path_responses: VecDeque<[u8; 8]>,
+    /// Flows whose application was told the buffer was full.
+    pub(crate) write_blocked: Vec<FlowId>,
+    /// Reused scratch buffers: no allocation per packet on the hot path.
+    pub(crate) scratch: Vec<u8>,
+    pub(crate) drained_reported: bool,
+    /// The last handshake datagram, resent until the handshake is confirmed.
+    pub(crate) flight: Option<handshake::Flight>,
+    /// A Close frame must be (re)sent.
+    pub(crate) close_resend: bool,
+}
+
+impl Connection {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        side: Side,
+        now: Instant,
+        config: Arc<ConnectionConfig>,
+        local_cid: ConnectionId,
+        remote_cid: ConnectionId,
+        original_dcid: ConnectionId,
+        remote: SocketAddr,
+        local_params: TransportParams,
+        handshake: Handshake,
+    ) -> Self {
+        let path = Path::new(
+            now,
+            0,
+            remote,
+            crate::wire::MIN_INITIAL_DATAGRAM_SIZE as u16,
+            &config,
+            config.congestion.as_ref(),
+        );
+        let mut path = path;
+        // A client trusts the address it chose; a server must validate the client's.
+        path.validated = side == Side::Client;
+        let flows = FlowSet::new(side, &config.flows);
+        Self {
+            side,
+            state: State::Handshake(handshake::HandshakeState::default()),
+            local_cid,
+            remote_cid,
+            original_dcid,
+            keys: None,
+            handshake: Some(handshake),
+            peer_params: None,
+            local_params,
+            peer_key: None,
+            peer_reset_token: None,
+            paths: vec![path],
+            flows,
+            events: VecDeque::new(),
+            stats: ConnectionStats::default(),
+            confirmed: false,
+            handshake_done_pending: false,
+            close: None,
+            error: None,
+            idle_timeout: config.idle_timeout,
+            idle_deadline: Some(now + config.idle_timeout),
+            handshake_deadline: now + config.handshake_timeout,
+            ping_pending: false,
+            probes: 0,
+            path_responses: VecDeque::new(),
+            write_blocked: Vec::new(),
+            scratch: Vec::with_capacity(2048),
+            drained_reported: false,
+            flight: None,
+            close_resend: false,
+            config,
+        }
+    }
+
+    // ---- getters ----------------------------------------------------------------------
+
+    /// Which side of the connection this is.
+    pub fn side(&self) -> Side {
+        self.side
+    }
+
+    /// The peer's current address on the primary path.
+    pub fn remote_address(&self) -> SocketAddr {
+        self.paths[0].remote
+    }
+
+    /// The peer's static public key, once the handshake revealed it.
+    pub fn peer_key(&self) -> Option<PublicKey> {
+        self.peer_key
+    }
+
+    /// Whether the handshake completed and flows can carry data.
+    pub fn is_established(&self) -> bool {
+        matches!(self.state, State::Established)
+    }
+
+    /// Whether the connection ended (closing, draining or drained).
+    pub fn is_closed(&self) -> bool {
+        matches!(
+            self.state,
+            State::Closing { .. } | State::Draining { .. } | State::Drained
+        )
+    }
+
+    /// Whether all resources may be freed.
+    pub fn is_drained(&self) -> bool {
+        matches!(self.state, State::Drained)
+    }
+
+    /// Why the connection ended, if it did.
+    pub fn close_reason(&self) -> Option<&ConnectionError> {
+        self.error.as_ref()
+    }
+
+    /// Current statistics.
+    pub fn stats(&self) -> ConnectionStats {
+        let mut s = self.stats.clone();
+        let p = &self.paths[0];
+        s.rtt = p.rtt.smoothed();
+        s.rtt_var = p.rtt.var();
+        s.min_rtt = p.rtt.min().unwrap_or_default();
+        s.cwnd = p.cc.window();
+        s.bytes_in_flight = p.sent.bytes_in_flight;
+        let m = p.cc.metrics();
+        s.pacing_rate = p
+            .cc
+            .pacing_rate(&p.rtt)
+            .unwrap_or_else(|| crate::cc::Pacer::default_rate(p.cc.window(), p.rtt.smoothed()));
+        s.congestion_events = m.congestion_events;
+        s.non_congestive_losses = m.non_congestive_losses;
+        s
+    }
+
+    /// Bytes held in this connection's receive buffers (bounded by the configured windows).
+    pub fn recv_buffered(&self) -> u64 {
+        self.flows.recv_buffered()
+    }
+
+    // ---- application commands -----------------------------------------------------------
+
+    /// Opens a flow of ours. Costs no round trip: the peer learns of it with its first data.
+    pub fn open_flow(&mut self, dir: Dir) -> Result<FlowId, OpenError> {
+        if self.is_closed() {
+            return Err(OpenError::ConnectionClosed);
+        }
+        self.flows.open(dir).ok_or(OpenError::Blocked)
+    }
+
+    /// Takes the next flow the peer opened, if any.
+    pub fn accept_flow(&mut self, dir: Dir) -> Option<FlowId> {
+        self.flows.incoming[FlowSet::dir_index(dir)].pop_front()
+    }
+
+    /// Queues bytes on a flow; returns how many were taken (bounded by the send buffer).
+    pub fn write(&mut self, id: FlowId, data: &[u8]) -> Result<usize, WriteError> {
+        let len = self.writable_len(id, data.len())?;
+        self.write_bytes(id, Bytes::copy_from_slice(&data[..len]))
+    }
+
+    /// Queues an owned buffer on a flow without copying; takes all of it or returns
+    /// `Blocked` if it does not fit the send buffer (unless the buffer is empty).
+    pub fn write_bytes(&mut self, id: FlowId, data: Bytes) -> Result<usize, WriteError> {
+        let room = self.writable_len(id, data.len())?;
+        let buffered = self
+            .flows
+            .flows
+            .get(&id)
+            .and_then(|f| f.send.as_ref())
+            .map_or(0, |s| s.buffered());
+        if room < data.len() && buffered > 0 {
+            self.note_write_blocked(id);
+            return Err(WriteError::Blocked);
+        }
+        let len = data.len();
+        if let Some(send) = self.flows.flows.get_mut(&id).and_then(|f| f.send.as_mut()) {
+            send.write(data);
+        }
+        self.flows.mark_ready(id);
+        Ok(len)
+    }
+
+    fn writable_len(&mut self, id: FlowId, want: usize) -> Result<usize, WriteError> {
+        if self.is_closed() {
+            return Err(WriteError::ConnectionClosed);
+        }
+        let limit = self.flows.send_buffer;
+        let send = self
+            .flows
+            .flows
+            .get(&id)
+            .and_then(|f| f.send.as_ref())
+            .ok_or(WriteError::ClosedFlow)?;
+        if let Some(code) = send.stop_requested {
+            return Err(WriteError::Stopped(code));
+        }
+        if send.fin || send.reset.is_some() {
+            return Err(WriteError::ClosedFlow);
+        }
+        let room = limit.saturating_sub(send.buffered()) as usize;
+        if room == 0 && want > 0 {
+            self.note_write_blocked(id);
+            return Err(WriteError::Blocked);
+        }
+        Ok(room.min(want))
+    }
+
+    fn note_write_blocked(&mut self, id: FlowId) {
+        if !self.write_blocked.contains(&id) {
+            self.write_blocked.push(id);
+        }
+    }
+
+    /// Ends a flow's sending half after the queued data (FIN).
+    pub fn finish(&mut self, id: FlowId) -> Result<(), WriteError> {
+        if self.is_closed() {
+            return Err(WriteError::ConnectionClosed);
+        }
+        let send = self
+            .flows
+            .flows
+            .get_mut(&id)
+            .and_then(|f| f.send.as_mut())
+            .ok_or(WriteError::ClosedFlow)?;
+        if send.fin || send.reset.is_some() {
+            return Err(WriteError::ClosedFlow);
+        }
+        send.fin = true;
+        send.fin_pending = true;
+        self.flows.mark_ready(id);
+        Ok(())
+    }
+
+    /// Abandons a flow's sending half: unsent and unacknowledged data is dropped.
+    pub fn reset_flow(&mut self, id: FlowId, code: u64) -> Result<(), WriteError> {
+        let send = self
+            .flows
+            .flows
+            .get_mut(&id)
+            .and_then(|f| f.send.as_mut())
+            .ok_or(WriteError::ClosedFlow)?;
+        if send.reset.is_none() && !send.is_done() {
+            send.reset = Some(code);
+            send.reset_pending = true;
+            send.retransmit = Default::default();
+            self.flows.mark_ready(id);
+        }
+        Ok(())
+    }
+
+    /// Asks the peer to stop sending on a flow; received data is discarded from now on.
+    pub fn stop_flow(&mut self, id: FlowId, code: u64) -> Result<(), ReadError> {
+        let recv = self
+            .flows
+            .flows
+            .get_mut(&id)
+            .and_then(|f| f.recv.as_mut())
+            .ok_or(ReadError::ClosedFlow)?;
+        if recv.stop.is_none() && !recv.is_finished() {
+            recv.stop = Some(code);
+            recv.stop_pending = true;
+            self.flows.mark_ready(id);
+        }
+        Ok(())
+    }
+
+    /// Reads in-order bytes from a flow. `Ok(None)` means the flow is finished (all data up to
+    /// FIN read); `Err(Blocked)` means wait for `FlowReadable`.
+    pub fn read(&mut self, id: FlowId, buf: &mut [u8]) -> Result<Option<usize>, ReadError> {
+        let recv = self.recv_half(id)?;
+        let n = recv.read(buf);
+        self.after_read(id, n)
+    }
+
+    /// Reads the next in-order chunk without copying (at most `max` bytes).
+    pub fn read_chunk(&mut self, id: FlowId, max: usize) -> Result<Option<Bytes>, ReadError> {
+        let recv = self.recv_half(id)?;
+        match recv.read_chunk(max) {
+            Some(chunk) => {
+                let n = chunk.len();
+                self.after_read(id, n)?;
+                Ok(Some(chunk))
+            }
+            None => self.after_read(id, 0).map(|_| None),
+        }
+    }
+
+    fn recv_half(&mut self, id: FlowId) -> Result<&mut crate::flow::RecvFlow, ReadError> {
+        let recv = self
+            .flows
+            .flows
+            .get_mut(&id)
+            .and_then(|f| f.recv.as_mut())
+            .ok_or(ReadError::ClosedFlow)?;
+        if let Some(code) = recv.reset {
+            return Err(ReadError::Reset(code));
+        }
+        Ok(recv)
+    }
+
+    fn after_read(&mut self, id: FlowId, n: usize) -> Result<Option<usize>, ReadError> {
+        let Some(recv) = self.flows.flows.get_mut(&id).and_then(|f| f.recv.as_mut()) else {
+            return Err(ReadError::ClosedFlow);
+        };
+        if n > 0 {
+            if recv.credit_update().is_some() {
+                self.flows.credit_pending.push(id);
+            }
+            self.flows.on_consumed(n as u64);
+            return Ok(Some(n));
+        }
+        if recv.is_finished() {
+            self.flows.reap(id);
+            return Ok(None);
+        }
+        if self.is_closed() {
+            return Err(ReadError::ConnectionClosed);
+        }
+        Err(ReadError::Blocked)
+    }
+
+    /// Closes the connection with an application error code and reason. The peer answers
+    /// with its own close, after which both ends free everything (fast close, F3).
+    pub fn close(&mut self, now: Instant, code: u64, reason: &[u8]) {
+        if self.is_closed() {
+            return;
+        }
+        let reason = &reason[..reason.len().min(crate::wire::MAX_REASON_LEN)];
+        self.close = Some(PendingClose {
+            application: true,
+            code,
+            reason: Bytes::copy_from_slice(reason),
+        });
+        if self.keys.is_none() {
+            // Nothing can be protected yet: just stop.
+            self.enter_drained(ConnectionError::LocallyClosed { code });
+            return;
+        }
+        self.set_error(ConnectionError::LocallyClosed { code });
+        self.close_resend = true;
+        self.state = State::Closing {
+            deadline: now + 3 * self.pto(),
+            resends: 0,
+        };
+    }
+
+    /// Ends the connection because of a protocol error by the peer.
+    pub(crate) fn fail(&mut self, now: Instant, code: TransportErrorCode, reason: &'static str) {
+        if self.is_closed() {
+            return;
+        }
+        tracing::debug!(?code, reason, "closing on protocol error");
+        self.close = Some(PendingClose {
+            application: false,
+            code: code.into(),
+            reason: Bytes::from_static(reason.as_bytes()),
+        });
+        self.set_error(ConnectionError::ProtocolViolation { code, reason });
+        if self.keys.is_none() {
+            self.state = State::Drained;
+            return;
+        }
+        self.close_resend = true;
+        self.state = State::Closing {
+            deadline: now + 3 * self.pto(),
+            resends: 0,
+        };
+    }
+
+    pub(crate) fn set_error(&mut self, error: ConnectionError) {
+        if self.error.is_none() {
+            self.error = Some(error.clone());
+            self.events.push_back(Event::Closed(error));
+        }
+    }
+
+    pub(crate) fn enter_drained(&mut self, error: ConnectionError) {
+        self.set_error(error);
+        self.state = State::Drained;
+    }
+
+    /// Probe timeout of the primary path, with the peer's ACK delay.
+    pub(crate) fn pto(&self) -> Duration {
+        let p = &self.paths[0];
+        p.rtt.pto_base() + self.peer_max_ack_delay()
+    }
+
+    pub(crate) fn peer_max_ack_delay(&self) -> Duration {
+        self.peer_params
+            .as_ref()
+            .map_or(Duration::from_millis(25), |p| {
+                Duration::from_millis(p.max_ack_delay_ms)
+            })
+    }
+
+    // ---- polls ----------------------------------------------------------------------------
+
+    /// The next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
+        }
+        if self.is_drained() && !self.drained_reported {
+            self.drained_reported = true;
+            return Some(Event::Drained);
+        }
+        None
+    }
+
+    /// When `handle_timeout` must next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut consider = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |t| t.min(x)));
+            }
+        };
+        match &self.state {
+            State::Drained => return None,
+            State::Closing { deadline, .. } | State::Draining { deadline } => {
+                return Some(*deadline)
+            }
+            State::Handshake(_) => {
+                consider(Some(self.handshake_deadline));
+                consider(self.flight_timer());
+            }
+            State::Established => consider(self.flight_timer()),
+        }
+        consider(self.idle_deadline);
+        if self.keys.is_some() {
+            let path = &self.paths[0];
+            consider(self.loss_timer(path));
+            consider(path.acks.deadline.filter(|_| path.acks.dirty));
+            if self.has_sendable_data() {
+                consider(path.pacing_until);
+            }
+            consider(self.keep_alive_at());
+        }
+        t
+    }
+
+    fn keep_alive_at(&self) -> Option<Instant> {
+        let interval = self.config.keep_alive?;
+        let last = self.paths[0].sent.time_of_last_ack_eliciting?;
+        Some(last + interval)
+    }
+
+    /// Loss-detection timer of a path: time threshold or probe timeout (RFC 9002 §6.2).
+    fn loss_timer(&self, path: &Path) -> Option<Instant> {
+        if let Some(t) = path.sent.loss_time {
+            return Some(t);
+        }
+        if !path.sent.has_ack_eliciting_in_flight() {
+            return None;
+        }
+        let last = path.sent.time_of_last_ack_eliciting?;
+        let backoff = 1u32 << path.sent.pto_count.min(10);
+        Some(last + (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff)
+    }
+
+    /// Handles expired timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self.state {
+            State::Drained => return,
+            State::Closing { deadline, .. } | State::Draining { deadline } => {
+                if now >= deadline {
+                    self.state = State::Drained;
+                }
+                return;
+            }
+            State::Handshake(_) => {
+                if now >= self.handshake_deadline {
+                    self.enter_drained(ConnectionError::HandshakeTimedOut);
+                    return;
+                }
+                self.handshake_timeout(now);
+            }
+            State::Established => self.handshake_timeout(now),
+        }
+        if self.idle_deadline.is_some_and(|d| now >= d) {
+            self.enter_drained(ConnectionError::TimedOut);
+            return;
+        }
+        if self.keys.is_none() {
+            return;
+        }
+        if let Some(t) = self.loss_timer(&self.paths[0]) {
+            if now >= t {
+                self.on_loss_timer(now);
+            }
+        }
+        if self.keep_alive_at().is_some_and(|t| now >= t) {
+            self.ping_pending = true;
+        }
+        let path = &mut self.paths[0];
+        if path.pacing_until.is_some_and(|t| now >= t) {
+            path.pacing_until = None;
+        }
+    }
+
+    fn on_loss_timer(&mut self, now: Instant) {
+        let path = &mut self.paths[0];
+        if path.sent.loss_time.is_some() {
+            let mut out = crate::recovery::Outcome::default();
+            path.sent.detect_lost(now, &path.rtt, &mut out);
+            self.on_lost(now, 0, out.lost);
+            return;
+        }
+        // Probe timeout: send up to two ack-eliciting packets regardless of the window.
+        path.sent.pto_count += 1;
+        self.stats.ptos += 1;
+        self.probes = 2;
+        // Resend what the oldest outstanding packet carried (without declaring it lost),
+        // so the probe carries data when there is no new data to send.
+        if let Some(frames) = path.sent.oldest_ack_eliciting().map(|p| p.frames.clone()) {
+            self.requeue(&frames, true);
+        }
+        if !self.has_sendable_data() {
+            self.ping_pending = true;
+        }
+    }
+
+    /// Whether flow data or flow control frames are waiting (pacing applies to these).
+    pub(crate) fn has_sendable_data(&self) -> bool {
+        !self.flows.ready.is_empty()
+            || self.ping_pending
+            || self.flows.max_data_pending
+            || !self.flows.credit_pending.is_empty()
+            || self.flows.max_flows_pending.iter().any(|p| *p)
+            || self.handshake_done_pending
+            || !self.path_responses.is_empty()
+    }
+}

@@ -1,0 +1,358 @@
+//! Receiving: opening protected packets, the replay window, and frame processing.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::{Connection, State};
+use crate::error::ConnectionError;
+use crate::event::{Event, Violation};
+use crate::flow::{Dir, FlowError, FlowSet, RecvError};
+use crate::recovery::Outcome;
+use crate::wire::{self, Frame, TransportErrorCode};
+use crate::Side;
+
+/// A frame-processing failure: the code for the peer and a reason for logs.
+pub(crate) type FrameError = (TransportErrorCode, &'static str);
+
+impl Connection {
+    /// A short-header datagram arrived for this connection. `data` is decrypted in place.
+    pub(crate) fn handle_short(&mut self, now: Instant, remote: SocketAddr, data: &mut [u8]) {
+        self.stats.datagrams_received += 1;
+        self.stats.bytes_received += data.len() as u64;
+        self.paths[0].bytes_received += data.len() as u64;
+        if matches!(self.state, State::Drained) {
+            return;
+        }
+        let Some((_, recv_key)) = self.keys.as_ref() else {
+            return;
+        };
+        let Ok((header, header_len)) = wire::ShortHeader::decode(data, self.local_cid.len()) else {
+            return;
+        };
+        // Version 1 drives one path; packets naming another are dropped.
+        if header.path_id != 0 {
+            return;
+        }
+        let path = &self.paths[0];
+        let largest = path.acks.largest.map(|(pn, _)| pn);
+        let pn = wire::decode_pn(largest.unwrap_or(0), header.truncated_pn, header.pn_len);
+        if !path.replay.is_fresh(pn) {
+            self.stats.replays += 1;
+            self.events
+                .push_back(Event::SecurityViolation(Violation::Replay));
+            return;
+        }
+        // Associated data: the header with the router-writable feedback rate zeroed.
+        let mut aad = [0u8; wire::MAX_SHORT_HEADER_LEN];
+        aad[..header_len].copy_from_slice(&data[..header_len]);
+        if let Some(offset) = header.feedback_rate_offset() {
+            aad[offset..offset + 4].fill(0);
+        }
+        let (_, body) = data.split_at_mut(header_len);
+        let Some(len) = recv_key.open(u32::from(header.path_id), pn, &aad[..header_len], body)
+        else {
+            if self.is_stateless_reset(data) {
+                self.enter_drained(ConnectionError::Reset);
+                return;
+            }
+            self.stats.auth_failures += 1;
+            self.events
+                .push_back(Event::SecurityViolation(Violation::Authentication));
+            return;
+        };
+        let path = &mut self.paths[0];
+        path.replay.insert(pn);
+        // Every authenticated packet keeps the connection alive and proves the address.
+        self.idle_deadline = Some(now + self.idle_timeout);
+        if !self.paths[0].validated || (self.side == Side::Server && !self.confirmed) {
+            self.on_address_validated();
+        }
+        if self.side == Side::Client && !self.confirmed {
+            // XX: the server could only protect this after reading our msg3.
+            self.confirmed = true;
+            self.flight = None;
+        }
+        if self.paths[0].remote != remote {
+            // NAT rebinding or migration: path validation arrives with F17; follow for now.
+            tracing::debug!(old = %self.paths[0].remote, new = %remote, "peer address changed");
+            self.paths[0].remote = remote;
+        }
+        match &self.state {
+            State::Closing { .. } => {
+                // The peer's close answers ours: both ends are closed.
+                if self.payload_has_close(&body[..len]) {
+                    self.state = State::Drained;
+                } else if let State::Closing { resends, deadline } = self.state {
+                    if resends < 3 {
+                        self.state = State::Closing {
+                            deadline,
+                            resends: resends + 1,
+                        };
+                        self.close_resend = true;
+                    }
+                }
+                return;
+            }
+            State::Draining { .. } | State::Drained => return,
+            _ => {}
+        }
+        let payload = body[..len].to_vec();
+        let ack_eliciting = match self.process_frames(now, pn, &payload) {
+            Ok(eliciting) => eliciting,
+            Err((code, reason)) => {
+                self.fail(now, code, reason);
+                return;
+            }
+        };
+        let (freq, delay) = (self.config.ack_frequency, self.config.max_ack_delay);
+        self.paths[0]
+            .acks
+            .on_packet(now, pn, ack_eliciting, freq, delay);
+    }
+
+    fn payload_has_close(&self, payload: &[u8]) -> bool {
+        wire::FrameIter::new(payload).any(|f| matches!(f, Ok(Frame::Close { .. })))
+    }
+
+    fn is_stateless_reset(&self, data: &[u8]) -> bool {
+        let Some(token) = self.peer_reset_token else {
+            return false;
+        };
+        data.len() >= wire::STATELESS_RESET_MIN_LEN && data[data.len() - 16..] == token
+    }
+
+    /// Processes the frames of one packet; returns whether it was ack-eliciting.
+    pub(crate) fn process_frames(
+        &mut self,
+        now: Instant,
+        _pn: u64,
+        payload: &[u8],
+    ) -> Result<bool, FrameError> {
+        let mut ack_eliciting = false;
+        for frame in wire::FrameIter::new(payload) {
+            let frame = frame.map_err(|_| {
+                (
+                    TransportErrorCode::FRAME_ENCODING_ERROR,
+                    "malformed frame",
+                )
+            })?;
+            ack_eliciting |= frame.is_ack_eliciting();
+            self.process_frame(now, frame)?;
+            if self.is_closed() {
+                break;
+            }
+        }
+        Ok(ack_eliciting)
+    }
+
+    fn process_frame(&mut self, now: Instant, frame: Frame<'_>) -> Result<(), FrameError> {
+        match frame {
+            Frame::Padding { .. } | Frame::Ping => {}
+            Frame::Ack(ack) => {
+                let (path_id, largest, ack_delay_us) = (ack.path_id, ack.largest(), ack.ack_delay_us);
+                if path_id != 0 {
+                    return Err((TransportErrorCode::PROTOCOL_VIOLATION, "ACK for unknown path"));
+                }
+                let exponent_delay = Duration::from_micros(ack_delay_us);
+                let mut out = Outcome::default();
+                let path = &mut self.paths[0];
+                path.sent
+                    .on_ack(now, ack.ranges.iter(), largest, exponent_delay, &mut path.rtt, &mut out)
+                    .map_err(|r| (TransportErrorCode::PROTOCOL_VIOLATION, r))?;
+                path.sent.detect_lost(now, &path.rtt, &mut out);
+                self.on_acked(now, 0, out.acked);
+                self.on_lost(now, 0, out.lost);
+            }
+            Frame::Nack(nack) => {
+                if nack.path_id != 0 {
+                    return Err((TransportErrorCode::PROTOCOL_VIOLATION, "NACK for unknown path"));
+                }
+                self.stats.nacks_received += 1;
+                let mut out = Outcome::default();
+                self.paths[0]
+                    .sent
+                    .on_nack(nack.missing.iter(), &mut out);
+                self.on_lost(now, 0, out.lost);
+            }
+            Frame::AckRequest => {
+                self.paths[0].acks.immediate = true;
+            }
+            Frame::Flow(f) => self.on_flow_data(wire_flow(f.flow_id), f.offset, f.data, f.fin)?,
+            Frame::ResetFlow {
+                flow_id,
+                error_code,
+                final_size,
+            } => {
+                let id = wire_flow(flow_id);
+                let state = self.flows.get_or_open_remote(id, true).map_err(flow_err)?;
+                if let Some(recv) = state.and_then(|s| s.recv.as_mut()) {
+                    if recv.final_size.is_some_and(|s| s != final_size) || recv.highest > final_size
+                    {
+                        return Err((TransportErrorCode::FINAL_SIZE_ERROR, "reset size"));
+                    }
+                    if recv.reset.is_none() {
+                        let grown = final_size.saturating_sub(recv.highest);
+                        recv.highest = final_size;
+                        recv.final_size = Some(final_size);
+                        recv.reset = Some(error_code);
+                        self.flows.data_received += grown;
+                        self.events.push_back(Event::FlowReadable(id));
+                    }
+                }
+            }
+            Frame::StopSending {
+                flow_id,
+                error_code,
+            } => {
+                let id = wire_flow(flow_id);
+                let state = self.flows.get_or_open_remote(id, false).map_err(flow_err)?;
+                if let Some(send) = state.and_then(|s| s.send.as_mut()) {
+                    if send.stop_requested.is_none() {
+                        send.stop_requested = Some(error_code);
+                        if send.reset.is_none() && !send.is_done() {
+                            send.reset = Some(error_code);
+                            send.reset_pending = true;
+                            send.retransmit = Default::default();
+                        }
+                        self.flows.mark_ready(id);
+                        self.events.push_back(Event::FlowStopped {
+                            id,
+                            code: error_code,
+                        });
+                    }
+                }
+            }
+            Frame::MaxData { max } => {
+                self.flows.peer_max_data = self.flows.peer_max_data.max(max);
+            }
+            Frame::MaxFlowData { flow_id, max } => {
+                let id = wire_flow(flow_id);
+                let state = self.flows.get_or_open_remote(id, false).map_err(flow_err)?;
+                if let Some(send) = state.and_then(|s| s.send.as_mut()) {
+                    if max > send.max_data {
+                        send.max_data = max;
+                        if send.has_pending() {
+                            self.flows.mark_ready(id);
+                        }
+                    }
+                }
+            }
+            Frame::MaxFlows { bidi, max } => {
+                let d = FlowSet::dir_index(if bidi { Dir::Bi } else { Dir::Uni });
+                if max > self.flows.peer_max[d] {
+                    self.flows.peer_max[d] = max;
+                    self.events.push_back(Event::FlowsAvailable(if bidi {
+                        Dir::Bi
+                    } else {
+                        Dir::Uni
+                    }));
+                }
+            }
+            Frame::DataBlocked { .. } | Frame::FlowDataBlocked { .. } => {}
+            Frame::PathChallenge { data } => {
+                self.path_responses.push_back(data);
+            }
+            Frame::Close {
+                application,
+                error_code,
+                reason,
+                ..
+            } => {
+                let reason = String::from_utf8_lossy(reason).into_owned();
+                let error = if application {
+                    ConnectionError::ApplicationClosed {
+                        code: error_code,
+                        reason,
+                    }
+                } else {
+                    ConnectionError::TransportError {
+                        code: TransportErrorCode::from(error_code),
+                        reason,
+                    }
+                };
+                self.set_error(error);
+                // Answer once (SLTP END/END), then wait out stragglers briefly.
+                self.close = Some(super::PendingClose {
+                    application: false,
+                    code: 0,
+                    reason: bytes::Bytes::new(),
+                });
+                self.close_resend = true;
+                self.state = State::Draining {
+                    deadline: now + self.pto(),
+                };
+            }
+            Frame::HandshakeDone => {
+                if self.side == Side::Server {
+                    return Err((
+                        TransportErrorCode::PROTOCOL_VIOLATION,
+                        "HANDSHAKE_DONE from a client",
+                    ));
+                }
+                self.confirmed = true;
+                self.flight = None;
+            }
+            // Codec-only frames of features not built yet (F5–F7, F11, F12, F15–F18) are
+            // accepted and ignored, so a newer peer does not break an older one.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_flow_data(
+        &mut self,
+        id: crate::flow::FlowId,
+        offset: u64,
+        data: &[u8],
+        fin: bool,
+    ) -> Result<(), FrameError> {
+        let before = self.flows.incoming[0].len() + self.flows.incoming[1].len();
+        let state = self.flows.get_or_open_remote(id, true).map_err(flow_err)?;
+        let Some(recv) = state.and_then(|s| s.recv.as_mut()) else {
+            return Ok(());
+        };
+        let was_readable = recv.readable() > 0 || recv.is_finished();
+        let grown = recv.insert(offset, data, fin).map_err(|e| match e {
+            RecvError::FlowControl => (
+                TransportErrorCode::FLOW_CONTROL_ERROR,
+                "flow data beyond credit",
+            ),
+            RecvError::FinalSize => (TransportErrorCode::FINAL_SIZE_ERROR, "data beyond final size"),
+        })?;
+        let readable = recv.readable() > 0 || recv.final_size == Some(recv.read);
+        self.flows.data_received += grown;
+        if self.flows.data_received > self.flows.local_max_data {
+            return Err((
+                TransportErrorCode::FLOW_CONTROL_ERROR,
+                "connection data beyond credit",
+            ));
+        }
+        let after = self.flows.incoming[0].len() + self.flows.incoming[1].len();
+        if after > before {
+            for d in [Dir::Bi, Dir::Uni] {
+                let n = self.flows.incoming[FlowSet::dir_index(d)].len();
+                if n > 0 {
+                    self.events.push_back(Event::FlowOpened { dir: d });
+                }
+            }
+        }
+        if readable && !was_readable {
+            self.events.push_back(Event::FlowReadable(id));
+        }
+        Ok(())
+    }
+}
+
+fn wire_flow(id: u64) -> crate::flow::FlowId {
+    crate::flow::FlowId(id)
+}
+
+fn flow_err(e: FlowError) -> FrameError {
+    match e {
+        FlowError::Limit => (TransportErrorCode::FLOW_LIMIT_ERROR, "too many flows"),
+        FlowError::State => (
+            TransportErrorCode::FLOW_STATE_ERROR,
+            "frame not allowed on this flow",
+        ),
+    }
+}

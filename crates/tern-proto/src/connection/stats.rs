@@ -1,0 +1,47 @@
+//! Counters a user can read at any time (`Connection::stats`).
+
+use std::time::Duration;
+
+/// Connection statistics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionStats {
+    /// UDP datagrams and bytes sent.
+    pub datagrams_sent: u64,
+    /// See `datagrams_sent`.
+    pub bytes_sent: u64,
+    /// UDP datagrams and bytes received (authenticated or not).
+    pub datagrams_received: u64,
+    /// See `datagrams_received`.
+    pub bytes_received: u64,
+    /// Packets declared lost.
+    pub packets_lost: u64,
+    /// Flow bytes resent.
+    pub bytes_retransmitted: u64,
+    /// Packets that failed authentication (dropped).
+    pub auth_failures: u64,
+    /// Replayed packets (dropped).
+    pub replays: u64,
+    /// NACK frames sent and received.
+    pub nacks_sent: u64,
+    /// See `nacks_sent`.
+    pub nacks_received: u64,
+    /// Probe timeouts.
+    pub ptos: u64,
+    /// Smoothed RTT, RTT variation and minimum RTT of the primary path.
+    pub rtt: Duration,
+    /// See `rtt`.
+    pub rtt_var: Duration,
+    /// See `rtt`.
+    pub min_rtt: Duration,
+    /// Congestion window and bytes in flight of the primary path.
+    pub cwnd: u64,
+    /// See `cwnd`.
+    pub bytes_in_flight: u64,
+    /// Pacing rate of the primary path, bytes per second.
+    pub pacing_rate: u64,
+    /// Congestion events and losses the controller judged non-congestive.
+    pub congestion_events: u64,
+    /// See `congestion_events`.
+    pub non_congestive_losses: u64,
+}

@@ -1,0 +1,224 @@
+//! The Noise handshake (docs/PROTOCOL.md §7).
+//!
+//! `IK` when the client knows the server's static key: the first flight is encrypted to that
+//! key, so it can carry data, and the handshake completes in one round trip. `XX` otherwise:
+//! the server's key is learned (and must be checked by the application) and a third message
+//! completes the handshake.
+
+use super::{PacketKey, PublicKey, SeededResolver, StaticKeypair};
+use crate::error::HandshakeError;
+
+/// Which Noise pattern a handshake uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakePattern {
+    /// `Noise_IK_25519_AESGCM_SHA256`: 1 round trip, the client knows the server's key.
+    IK,
+    /// `Noise_XX_25519_AESGCM_SHA256`: 1.5 round trips, keys are exchanged.
+    XX,
+}
+
+pub(super) fn params(pattern: HandshakePattern) -> snow::params::NoiseParams {
+    let name = match pattern {
+        HandshakePattern::IK => "Noise_IK_25519_AESGCM_SHA256",
+        HandshakePattern::XX => "Noise_XX_25519_AESGCM_SHA256",
+    };
+    name.parse().expect("the two pattern names are valid Noise names")
+}
+
+/// One side of a Noise handshake.
+pub struct Handshake {
+    state: snow::HandshakeState,
+    pattern: HandshakePattern,
+}
+
+impl std::fmt::Debug for Handshake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handshake")
+            .field("pattern", &self.pattern)
+            .field("finished", &self.state.is_handshake_finished())
+            .finish()
+    }
+}
+
+impl Handshake {
+    /// The client side. `server` selects `IK` (known key) or `XX` (unknown key).
+    /// `prologue` binds the version and connection IDs into the handshake hash.
+    pub fn initiator(
+        local: &StaticKeypair,
+        server: Option<&PublicKey>,
+        prologue: &[u8],
+        entropy: [u8; 32],
+    ) -> Result<Self, HandshakeError> {
+        let pattern = if server.is_some() {
+            HandshakePattern::IK
+        } else {
+            HandshakePattern::XX
+        };
+        let builder = snow::Builder::with_resolver(params(pattern), SeededResolver::boxed(entropy))
+            .local_private_key(local.private_bytes())
+            .and_then(|b| b.prologue(prologue))
+            .map_err(|_| HandshakeError::Crypto)?;
+        let builder = match server {
+            Some(key) => builder
+                .remote_public_key(&key.0)
+                .map_err(|_| HandshakeError::Crypto)?,
+            None => builder,
+        };
+        let state = builder
+            .build_initiator()
+            .map_err(|_| HandshakeError::Crypto)?;
+        Ok(Self { state, pattern })
+    }
+
+    /// The server side, for the pattern the client's first message announced.
+    pub fn responder(
+        local: &StaticKeypair,
+        pattern: HandshakePattern,
+        prologue: &[u8],
+        entropy: [u8; 32],
+    ) -> Result<Self, HandshakeError> {
+        let state = snow::Builder::with_resolver(params(pattern), SeededResolver::boxed(entropy))
+            .local_private_key(local.private_bytes())
+            .and_then(|b| b.prologue(prologue))
+            .and_then(|b| b.build_responder())
+            .map_err(|_| HandshakeError::Crypto)?;
+        Ok(Self { state, pattern })
+    }
+
+    /// The pattern in use.
+    pub fn pattern(&self) -> HandshakePattern {
+        self.pattern
+    }
+
+    /// Writes the next handshake message carrying `payload`, appending it to `out`.
+    pub fn write(&mut self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), HandshakeError> {
+        let start = out.len();
+        out.resize(start + payload.len() + 200, 0);
+        match self.state.write_message(payload, &mut out[start..]) {
+            Ok(n) => {
+                out.truncate(start + n);
+                Ok(())
+            }
+            Err(_) => {
+                out.truncate(start);
+                Err(HandshakeError::Crypto)
+            }
+        }
+    }
+
+    /// Reads the peer's next handshake message, appending its payload to `payload`.
+    /// Fails (without detail, so nothing leaks to a peer) when the message does not
+    /// authenticate: for `IK`, typically because the client used the wrong server key.
+    pub fn read(&mut self, message: &[u8], payload: &mut Vec<u8>) -> Result<(), HandshakeError> {
+        let start = payload.len();
+        payload.resize(start + message.len(), 0);
+        match self.state.read_message(message, &mut payload[start..]) {
+            Ok(n) => {
+                payload.truncate(start + n);
+                Ok(())
+            }
+            Err(_) => {
+                payload.truncate(start);
+                Err(HandshakeError::Authentication)
+            }
+        }
+    }
+
+    /// Whether the last message has been written or read.
+    pub fn is_finished(&self) -> bool {
+        self.state.is_handshake_finished()
+    }
+
+    /// The peer's static key, once the handshake revealed it.
+    pub fn remote_static(&self) -> Option<PublicKey> {
+        let key = self.state.get_remote_static()?;
+        Some(PublicKey(key.try_into().ok()?))
+    }
+
+    /// The packet keys `(send, receive)` for this side, once the handshake is finished.
+    pub fn split(&mut self) -> Option<(PacketKey, PacketKey)> {
+        if !self.is_finished() {
+            return None;
+        }
+        let (initiator_to_responder, responder_to_initiator) =
+            self.state.dangerously_get_raw_split();
+        let a = PacketKey::new(&initiator_to_responder);
+        let b = PacketKey::new(&responder_to_initiator);
+        Some(if self.state.is_initiator() {
+            (a, b)
+        } else {
+            (b, a)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(pattern_known: bool) -> (Handshake, Handshake) {
+        let server_key = StaticKeypair::generate([1; 32]);
+        let client_key = StaticKeypair::generate([2; 32]);
+        let known = server_key.public();
+        let mut client = Handshake::initiator(
+            &client_key,
+            pattern_known.then_some(&known),
+            b"p",
+            [3; 32],
+        )
+        .unwrap();
+        let pattern = client.pattern();
+        let mut server = Handshake::responder(&server_key, pattern, b"p", [4; 32]).unwrap();
+        let (mut m, mut p) = (Vec::new(), Vec::new());
+        client.write(b"hello", &mut m).unwrap();
+        server.read(&m, &mut p).unwrap();
+        assert_eq!(p, b"hello");
+        m.clear();
+        p.clear();
+        server.write(b"world", &mut m).unwrap();
+        client.read(&m, &mut p).unwrap();
+        assert_eq!(p, b"world");
+        if pattern == HandshakePattern::XX {
+            assert_eq!(client.remote_static(), Some(known));
+            m.clear();
+            p.clear();
+            client.write(b"done", &mut m).unwrap();
+            server.read(&m, &mut p).unwrap();
+        }
+        assert!(client.is_finished() && server.is_finished());
+        assert_eq!(server.remote_static(), Some(client_key.public()));
+        (client, server)
+    }
+
+    #[test]
+    fn ik_and_xx_agree_on_keys() {
+        for known in [true, false] {
+            let (mut c, mut s) = run(known);
+            let (c_send, c_recv) = c.split().unwrap();
+            let (s_send, s_recv) = s.split().unwrap();
+            let mut pkt = b"payload".to_vec();
+            c_send.seal(0, 5, b"hdr", &mut pkt);
+            let n = s_recv.open(0, 5, b"hdr", &mut pkt).unwrap();
+            assert_eq!(&pkt[..n], b"payload");
+            let mut pkt = b"back".to_vec();
+            s_send.seal(1, 9, b"h", &mut pkt);
+            assert!(c_recv.open(1, 9, b"h", &mut pkt).is_some());
+        }
+    }
+
+    #[test]
+    fn wrong_server_key_fails_to_authenticate() {
+        let server_key = StaticKeypair::generate([1; 32]);
+        let wrong = StaticKeypair::generate([9; 32]).public();
+        let client_key = StaticKeypair::generate([2; 32]);
+        let mut client = Handshake::initiator(&client_key, Some(&wrong), b"p", [3; 32]).unwrap();
+        let mut server =
+            Handshake::responder(&server_key, HandshakePattern::IK, b"p", [4; 32]).unwrap();
+        let (mut m, mut p) = (Vec::new(), Vec::new());
+        client.write(b"x", &mut m).unwrap();
+        assert_eq!(
+            server.read(&m, &mut p),
+            Err(HandshakeError::Authentication)
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! Cryptography: the Noise handshake (IK / XX, via `snow`), packet protection with explicit
+//! nonces (AES-256-GCM, via `ring`), the replay window, retry tokens and stateless-reset tokens.
+//!
+//! See docs/PROTOCOL.md §6 (packet protection) and §7 (handshake).
+
+mod handshake;
+mod keys;
+mod packet;
+mod replay;
+mod token;
+
+pub use handshake::{Handshake, HandshakePattern};
+pub use keys::{KeyError, PublicKey, StaticKeypair};
+pub use packet::{PacketKey, TAG_LEN};
+pub use replay::ReplayWindow;
+pub use token::{ResetKey, RetryTokenKey, RESET_TOKEN_LEN};
+
+use rand::RngCore;
+
+/// A source of randomness for `snow`, seeded by the caller, so that the core never reads the
+/// operating system's RNG: simulations stay reproducible and drivers choose the entropy.
+struct SeededRandom(rand_chacha::ChaCha20Rng);
+
+impl snow::types::Random for SeededRandom {
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), snow::Error> {
+        self.0.fill_bytes(dest);
+        Ok(())
+    }
+}
+
+/// Resolves every Noise primitive from snow's default set, except the RNG, which is ours.
+struct SeededResolver {
+    seed: [u8; 32],
+    inner: snow::resolvers::DefaultResolver,
+}
+
+impl SeededResolver {
+    fn boxed(seed: [u8; 32]) -> snow::resolvers::BoxedCryptoResolver {
+        Box::new(Self {
+            seed,
+            inner: snow::resolvers::DefaultResolver,
+        })
+    }
+}
+
+impl snow::resolvers::CryptoResolver for SeededResolver {
+    fn resolve_rng(&self) -> Option<Box<dyn snow::types::Random>> {
+        use rand::SeedableRng;
+        Some(Box::new(SeededRandom(rand_chacha::ChaCha20Rng::from_seed(
+            self.seed,
+        ))))
+    }
+    fn resolve_dh(&self, choice: &snow::params::DHChoice) -> Option<Box<dyn snow::types::Dh>> {
+        self.inner.resolve_dh(choice)
+    }
+    fn resolve_hash(
+        &self,
+        choice: &snow::params::HashChoice,
+    ) -> Option<Box<dyn snow::types::Hash>> {
+        self.inner.resolve_hash(choice)
+    }
+    fn resolve_cipher(
+        &self,
+        choice: &snow::params::CipherChoice,
+    ) -> Option<Box<dyn snow::types::Cipher>> {
+        self.inner.resolve_cipher(choice)
+    }
+}

@@ -1,0 +1,505 @@
+//! The endpoint: owns many connections, routes datagrams to them by connection ID, accepts
+//! new ones (with a stateless Retry under load), answers unknown packets with stateless resets
+//! and never sends an unproven address more than 3× what it received (docs/PROTOCOL.md §7).
+//!
+//! # Driving an endpoint
+//! Feed every received datagram to [`Endpoint::handle`]; then call [`Endpoint::poll_transmit`]
+//! until it returns `None` and send what it writes; arm a timer for
+//! [`Endpoint::poll_timeout`] and call [`Endpoint::handle_timeout`] when it fires; drain
+//! [`Endpoint::poll_event`]. Application commands go through [`Endpoint::connection_mut`].
+//! The endpoint never reads a clock, a socket or a global RNG.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+use crate::config::{EndpointConfig, RetryPolicy};
+use crate::connection::handshake::{self, Accept};
+use crate::connection::{Connection, Transmit};
+use crate::crypto::{Handshake, PublicKey, ResetKey, RetryTokenKey};
+use crate::error::ConnectError;
+use crate::event::Event;
+use crate::wire::{self, ConnectionId, TransportParams};
+use crate::Side;
+
+/// Names a connection inside its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionHandle(pub usize);
+
+/// Counters of what the endpoint dropped or answered without a connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndpointStats {
+    /// Datagrams that did not parse.
+    pub malformed: u64,
+    /// Datagrams for no known connection.
+    pub unroutable: u64,
+    /// Retry packets sent.
+    pub retries_sent: u64,
+    /// Initials with a bad or expired token.
+    pub invalid_tokens: u64,
+    /// Handshakes refused (authentication failed or too many connections).
+    pub refused: u64,
+    /// Stateless resets sent.
+    pub resets_sent: u64,
+    /// Version negotiation packets sent.
+    pub version_negotiations: u64,
+    /// Initials below the 1200-byte minimum.
+    pub short_initials: u64,
+}
+
+/// A datagram the endpoint sends without a connection (Retry, reset, refusal, VN).
+#[derive(Debug)]
+struct Stateless {
+    destination: SocketAddr,
+    data: Vec<u8>,
+}
+
+/// Owns connections and routes datagrams (see the module documentation).
+pub struct Endpoint {
+    config: Arc<EndpointConfig>,
+    epoch: Instant,
+    rng: ChaCha20Rng,
+    reset_key: ResetKey,
+    token_key: RetryTokenKey,
+    connections: Vec<Option<Connection>>,
+    free: Vec<usize>,
+    /// Routing table: our connection IDs (and clients' original DCIDs during the handshake).
+    routes: HashMap<ConnectionId, usize>,
+    stateless: VecDeque<Stateless>,
+    accepted: VecDeque<ConnectionHandle>,
+    events: VecDeque<(ConnectionHandle, Event)>,
+    /// Round-robin cursor for fairness between connections in `poll_transmit`.
+    next_transmit: usize,
+    stats: EndpointStats,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("connections", &self.connection_count())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// A new endpoint. `now` fixes its epoch (retry token times are relative to it).
+    pub fn new(config: EndpointConfig, now: Instant) -> Self {
+        let mut rng = ChaCha20Rng::from_seed(config.rng_seed);
+        let mut token_secret = [0; 32];
+        rng.fill_bytes(&mut token_secret);
+        Self {
+            reset_key: ResetKey::new(&config.reset_secret),
+            token_key: RetryTokenKey::new(&token_secret),
+            config: Arc::new(config),
+            epoch: now,
+            rng,
+            connections: Vec::new(),
+            free: Vec::new(),
+            routes: HashMap::new(),
+            stateless: VecDeque::new(),
+            accepted: VecDeque::new(),
+            events: VecDeque::new(),
+            next_transmit: 0,
+            stats: EndpointStats::default(),
+        }
+    }
+
+    /// This endpoint's identity.
+    pub fn public_key(&self) -> PublicKey {
+        self.config.keypair.public()
+    }
+
+    /// Endpoint-level counters.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// Live connections.
+    pub fn connection_count(&self) -> usize {
+        self.connections.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// A connection, for application commands.
+    pub fn connection_mut(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
+        self.connections.get_mut(handle.0)?.as_mut()
+    }
+
+    /// A connection, for reading state.
+    pub fn connection(&self, handle: ConnectionHandle) -> Option<&Connection> {
+        self.connections.get(handle.0)?.as_ref()
+    }
+
+    /// The next connection a client opened to us.
+    pub fn accept(&mut self) -> Option<ConnectionHandle> {
+        self.accepted.pop_front()
+    }
+
+    fn new_cid(&mut self) -> ConnectionId {
+        loop {
+            let mut b = [0u8; wire::DEFAULT_CID_LEN];
+            self.rng.fill_bytes(&mut b);
+            let cid = ConnectionId::new(&b).expect("8 bytes is a valid connection ID");
+            if !self.routes.contains_key(&cid) {
+                return cid;
+            }
+        }
+    }
+
+    fn local_params(&self, cid: &ConnectionId) -> TransportParams {
+        let c = &self.config.connection;
+        TransportParams {
+            initial_max_data: c.flows.connection_window,
+            initial_max_flow_data_bidi_local: c.flows.flow_window,
+            initial_max_flow_data_bidi_remote: c.flows.flow_window,
+            initial_max_flow_data_uni: c.flows.flow_window,
+            initial_max_flows_bidi: c.flows.max_concurrent_bidi,
+            initial_max_flows_uni: c.flows.max_concurrent_uni,
+            idle_timeout_ms: c.idle_timeout.as_millis() as u64,
+            max_ack_delay_ms: c.max_ack_delay.as_millis() as u64,
+            max_datagram_size: u64::from(c.max_recv_datagram_size),
+            stateless_reset_token: Some(self.reset_key.token(cid)),
+            ..TransportParams::default()
+        }
+    }
+
+    fn insert(&mut self, conn: Connection) -> ConnectionHandle {
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.connections[i] = Some(conn);
+                i
+            }
+            None => {
+                self.connections.push(Some(conn));
+                self.connections.len() - 1
+            }
+        };
+        ConnectionHandle(idx)
+    }
+
+    /// Starts a connection to `remote`. With the server's key the handshake is `IK` (1 RTT,
+    /// data in the first flight); without it, `XX` (the server's key is learned, see
+    /// `Connection::peer_key`).
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        server_key: Option<PublicKey>,
+    ) -> Result<ConnectionHandle, ConnectError> {
+        if self.connection_count() >= self.config.max_connections {
+            return Err(ConnectError::TooManyConnections);
+        }
+        let local_cid = self.new_cid();
+        let odcid = self.new_cid();
+        let mut entropy = [0; 32];
+        self.rng.fill_bytes(&mut entropy);
+        let prologue = handshake::prologue(&odcid, &local_cid);
+        let noise = Handshake::initiator(
+            &self.config.keypair,
+            server_key.as_ref(),
+            &prologue,
+            entropy,
+        )?;
+        let params = self.local_params(&local_cid);
+        let config = Arc::new(self.config.connection.clone());
+        let conn = Connection::new(
+            Side::Client,
+            now,
+            config,
+            local_cid,
+            odcid,
+            odcid,
+            remote,
+            params,
+            noise,
+        );
+        let handle = self.insert(conn);
+        self.routes.insert(local_cid, handle.0);
+        Ok(handle)
+    }
+
+    /// Handles one received datagram. `data` is used as scratch space (decrypted in place).
+    pub fn handle(&mut self, now: Instant, remote: SocketAddr, data: &mut [u8]) {
+        let Some(&first) = data.first() else {
+            self.stats.malformed += 1;
+            return;
+        };
+        if first & 0x80 == 0 {
+            self.handle_short(now, remote, data);
+        } else {
+            self.handle_long(now, remote, data);
+        }
+    }
+
+    fn handle_short(&mut self, now: Instant, remote: SocketAddr, data: &mut [u8]) {
+        let cid_len = wire::DEFAULT_CID_LEN;
+        let Some(cid) = data
+            .get(1..1 + cid_len)
+            .and_then(|b| ConnectionId::new(b).ok())
+        else {
+            self.stats.malformed += 1;
+            return;
+        };
+        match self.routes.get(&cid) {
+            Some(&idx) => {
+                if let Some(conn) = self.connections[idx].as_mut() {
+                    conn.handle_short(now, remote, data);
+                }
+            }
+            None => {
+                self.stats.unroutable += 1;
+                self.send_stateless_reset(remote, &cid, data.len());
+            }
+        }
+    }
+
+    /// A stateless reset tells a peer whose connection we no longer have to stop at once. It
+    /// is shorter than what triggered it, so two endpoints cannot loop, and never sent in
+    /// answer to anything too short to be a real packet.
+    fn send_stateless_reset(&mut self, remote: SocketAddr, cid: &ConnectionId, len: usize) {
+        const MIN_TRIGGER: usize = 1 + wire::DEFAULT_CID_LEN + 1 + 1 + 4 + 16 + 1;
+        if len < MIN_TRIGGER || self.stateless.len() > 64 {
+            return;
+        }
+        let size = (len - 1).min(43);
+        let mut data = vec![0u8; size];
+        self.rng.fill_bytes(&mut data[..size - 16]);
+        data[0] = (data[0] & 0x3f) | 0x40;
+        data[size - 16..].copy_from_slice(&self.reset_key.token(cid));
+        self.stats.resets_sent += 1;
+        self.stateless.push_back(Stateless {
+            destination: remote,
+            data,
+        });
+    }
+
+    fn handle_long(&mut self, now: Instant, remote: SocketAddr, data: &mut [u8]) {
+        let len = data.len();
+        let packet = match wire::LongPacket::decode(data) {
+            Ok(p) => p,
+            Err(wire::DecodeError::UnsupportedVersion(_)) => {
+                self.send_version_negotiation(remote, data);
+                return;
+            }
+            Err(_) => {
+                self.stats.malformed += 1;
+                return;
+            }
+        };
+        if let Some(&idx) = self.routes.get(&packet.dcid) {
+            if let Some(conn) = self.connections[idx].as_mut() {
+                conn.stats.datagrams_received += 1;
+                conn.stats.bytes_received += len as u64;
+                conn.paths[0].bytes_received += len as u64;
+                if let Err(code) = conn.handle_long(now, &packet) {
+                    conn.fail(now, code, "bad handshake message");
+                }
+            }
+            return;
+        }
+        if packet.ty != wire::LongType::Initial || !self.config.server {
+            self.stats.unroutable += 1;
+            return;
+        }
+        if len < wire::MIN_INITIAL_DATAGRAM_SIZE {
+            // Too small to answer without amplifying.
+            self.stats.short_initials += 1;
+            return;
+        }
+        // Address validation: a Retry under load, before any state is kept.
+        let mut validated = false;
+        if !packet.token.is_empty() {
+            let age = now.saturating_duration_since(self.epoch);
+            match self.token_key.open(
+                packet.token,
+                remote,
+                age,
+                self.config.retry_token_lifetime,
+            ) {
+                Some(odcid) if odcid == packet.dcid => validated = true,
+                _ => {
+                    self.stats.invalid_tokens += 1;
+                    return;
+                }
+            }
+        }
+        if !validated && self.retry_required() {
+            self.send_retry(now, remote, &packet);
+            return;
+        }
+        if self.connection_count() >= self.config.max_connections {
+            self.refuse(remote, &packet, handshake::REFUSE_BUSY);
+            return;
+        }
+        let local_cid = self.new_cid();
+        let mut entropy = [0; 32];
+        self.rng.fill_bytes(&mut entropy);
+        let params = self.local_params(&local_cid);
+        let config = Arc::new(self.config.connection.clone());
+        match handshake::accept(
+            now,
+            config,
+            &self.config.keypair,
+            entropy,
+            local_cid,
+            params,
+            remote,
+            &packet,
+            len,
+            validated,
+        ) {
+            Accept::Connection(conn) => {
+                let odcid = conn.original_dcid;
+                let handle = self.insert(*conn);
+                self.routes.insert(local_cid, handle.0);
+                // Duplicate Initials reach the new connection until it is drained.
+                self.routes.insert(odcid, handle.0);
+                self.accepted.push_back(handle);
+            }
+            Accept::Refuse(reason) => self.refuse(remote, &packet, reason),
+            Accept::Drop => self.stats.malformed += 1,
+        }
+    }
+
+    fn handshakes_in_progress(&self) -> usize {
+        self.connections
+            .iter()
+            .flatten()
+            .filter(|c| !c.is_established() && !c.is_closed())
+            .count()
+    }
+
+    fn retry_required(&self) -> bool {
+        match self.config.retry {
+            RetryPolicy::Never => false,
+            RetryPolicy::Always => true,
+            RetryPolicy::AboveHandshakes(n) => self.handshakes_in_progress() >= n,
+        }
+    }
+
+    fn send_retry(&mut self, now: Instant, remote: SocketAddr, packet: &wire::LongPacket<'_>) {
+        let mut nonce = [0u8; 12];
+        self.rng.fill(&mut nonce);
+        let age = now.saturating_duration_since(self.epoch);
+        let token = self.token_key.seal(nonce, age, remote, &packet.dcid);
+        let scid = self.new_cid();
+        let data = handshake::long_packet(wire::LongType::Retry, &packet.scid, &scid, &token, &[], 0);
+        self.stats.retries_sent += 1;
+        self.stateless.push_back(Stateless {
+            destination: remote,
+            data,
+        });
+    }
+
+    fn refuse(&mut self, remote: SocketAddr, packet: &wire::LongPacket<'_>, reason: u8) {
+        self.stats.refused += 1;
+        let data = handshake::long_packet(
+            wire::LongType::Handshake,
+            &packet.scid,
+            &packet.dcid,
+            &[],
+            &[reason],
+            0,
+        );
+        self.stateless.push_back(Stateless {
+            destination: remote,
+            data,
+        });
+    }
+
+    fn send_version_negotiation(&mut self, remote: SocketAddr, data: &[u8]) {
+        if data.len() < wire::MIN_INITIAL_DATAGRAM_SIZE || !self.config.server {
+            return;
+        }
+        let Ok(inv) = wire::LongHeaderInvariants::decode(data) else {
+            return;
+        };
+        let mut out = Vec::new();
+        wire::VersionNegotiation::encode_reply(&inv, wire::SUPPORTED_VERSIONS, &mut out);
+        self.stats.version_negotiations += 1;
+        self.stateless.push_back(Stateless {
+            destination: remote,
+            data: out,
+        });
+    }
+
+    /// Writes the next datagram to send into `buf` (appending).
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        if let Some(s) = self.stateless.pop_front() {
+            buf.extend_from_slice(&s.data);
+            return Some(Transmit {
+                destination: s.destination,
+                size: s.data.len(),
+            });
+        }
+        let n = self.connections.len();
+        for i in 0..n {
+            let idx = (self.next_transmit + i) % n;
+            if let Some(conn) = self.connections[idx].as_mut() {
+                if let Some(t) = conn.poll_transmit(now, buf) {
+                    self.next_transmit = (idx + 1) % n;
+                    return Some(t);
+                }
+            }
+        }
+        None
+    }
+
+    /// When `handle_timeout` must next be called.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.connections
+            .iter()
+            .flatten()
+            .filter_map(|c| c.poll_timeout())
+            .min()
+    }
+
+    /// Runs expired timers of every connection.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for conn in self.connections.iter_mut().flatten() {
+            if conn.poll_timeout().is_some_and(|t| t <= now) {
+                conn.handle_timeout(now);
+            }
+        }
+    }
+
+    /// The next application event. A connection's last event is `Drained`, after which its
+    /// handle is freed.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<(ConnectionHandle, Event)> {
+        if let Some(e) = self.events.pop_front() {
+            return Some(e);
+        }
+        for idx in 0..self.connections.len() {
+            let Some(conn) = self.connections[idx].as_mut() else {
+                continue;
+            };
+            if let Some(event) = conn.poll_event() {
+                if event == Event::Drained {
+                    self.remove(idx);
+                }
+                return Some((ConnectionHandle(idx), event));
+            }
+        }
+        None
+    }
+
+    fn remove(&mut self, idx: usize) {
+        if self.connections[idx].take().is_some() {
+            self.routes.retain(|_, v| *v != idx);
+            self.free.push(idx);
+        }
+    }
+
+    /// Time since the endpoint's epoch (for logs).
+    pub fn elapsed(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.epoch)
+    }
+}

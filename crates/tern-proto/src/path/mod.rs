@@ -1,0 +1,74 @@
+//! Paths (DESIGN.md F15): one per (local address, remote address) pair, each with its own
+//! packet numbers, RTT, loss recovery, congestion controller and pacer. Version 1 of the core
+//! drives one path; the structures are per path so that multipath adds paths, not rewrites.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use crate::cc::{Controller, ControllerFactory, Pacer, PathInfo};
+use crate::crypto::ReplayWindow;
+use crate::recovery::{AckTracker, RttEstimator, SentPackets};
+
+/// Sending and receiving state of one path.
+#[derive(Debug)]
+pub(crate) struct Path {
+    pub(crate) id: u32,
+    pub(crate) remote: SocketAddr,
+    pub(crate) rtt: RttEstimator,
+    pub(crate) cc: Box<dyn Controller>,
+    pub(crate) pacer: Pacer,
+    pub(crate) sent: SentPackets,
+    pub(crate) acks: AckTracker,
+    pub(crate) replay: ReplayWindow,
+    pub(crate) mtu: u16,
+    /// The peer proved it receives at `remote` (before that, the 3× limit applies).
+    pub(crate) validated: bool,
+    pub(crate) bytes_received: u64,
+    pub(crate) bytes_sent: u64,
+    /// Earliest time the pacer lets the next packet go, when it is holding one back.
+    pub(crate) pacing_until: Option<Instant>,
+}
+
+impl Path {
+    pub(crate) fn new(
+        now: Instant,
+        id: u32,
+        remote: SocketAddr,
+        mtu: u16,
+        config: &crate::config::ConnectionConfig,
+        factory: &dyn ControllerFactory,
+    ) -> Self {
+        let info = PathInfo::new(mtu, config.initial_rtt, id);
+        let cc = factory.build(now, &info);
+        let pacer = Pacer::new(now, cc.window(), mtu);
+        Self {
+            id,
+            remote,
+            rtt: RttEstimator::new(config.initial_rtt),
+            cc,
+            pacer,
+            sent: SentPackets::default(),
+            acks: AckTracker::default(),
+            replay: ReplayWindow::default(),
+            mtu,
+            validated: false,
+            bytes_received: 0,
+            bytes_sent: 0,
+            pacing_until: None,
+        }
+    }
+
+    /// Bytes we may still send before the peer's address is validated (3× what it sent).
+    pub(crate) fn amplification_budget(&self) -> u64 {
+        if self.validated {
+            u64::MAX
+        } else {
+            (3 * self.bytes_received).saturating_sub(self.bytes_sent)
+        }
+    }
+
+    /// Congestion window room left.
+    pub(crate) fn cwnd_room(&self) -> u64 {
+        self.cc.window().saturating_sub(self.sent.bytes_in_flight)
+    }
+}

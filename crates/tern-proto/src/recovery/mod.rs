@@ -1,0 +1,323 @@
+//! Loss recovery (DESIGN.md F9, docs/PROTOCOL.md §11): per-path packet numbers, ACK ranges,
+//! immediate NACKs, time- and packet-threshold loss detection and probe timeouts, in the
+//! manner of RFC 9002 plus UDT's loss lists.
+
+mod ranges;
+pub mod rtt;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+pub use ranges::RangeSet;
+pub use rtt::RttEstimator;
+
+use crate::flow::FlowId;
+
+//= RFC 9002 §6.1.1: "The RECOMMENDED initial value for the packet reordering threshold
+//# (kPacketThreshold) is 3"
+/// Packets acknowledged after a packet, beyond which it is lost.
+pub const PACKET_THRESHOLD: u64 = 3;
+
+/// What a sent packet carried that must be resent (or refreshed) if it is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SentFrame {
+    Flow {
+        id: FlowId,
+        offset: u64,
+        len: u32,
+        fin: bool,
+    },
+    MaxData,
+    MaxFlowData(FlowId),
+    MaxFlows(usize),
+    ResetFlow(FlowId),
+    StopSending(FlowId),
+    HandshakeDone,
+}
+
+/// One packet in flight.
+#[derive(Debug, Clone)]
+pub(crate) struct SentPacket {
+    pub(crate) time: Instant,
+    pub(crate) size: u16,
+    pub(crate) ack_eliciting: bool,
+    /// Counts toward bytes in flight (ack-only packets do not).
+    pub(crate) in_flight: bool,
+    /// Nothing else was waiting to be sent: the window was not the limit.
+    pub(crate) app_limited: bool,
+    pub(crate) frames: Vec<SentFrame>,
+}
+
+/// The sender's record of one path's packet-number space.
+#[derive(Debug, Default)]
+pub(crate) struct SentPackets {
+    pub(crate) packets: BTreeMap<u64, SentPacket>,
+    pub(crate) next_pn: u64,
+    pub(crate) largest_acked: Option<u64>,
+    pub(crate) bytes_in_flight: u64,
+    pub(crate) time_of_last_ack_eliciting: Option<Instant>,
+    /// Earliest time a packet becomes lost by the time threshold.
+    pub(crate) loss_time: Option<Instant>,
+    /// Consecutive probe timeouts (exponential backoff).
+    pub(crate) pto_count: u32,
+}
+
+/// The result of processing acknowledgements or loss reports.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    pub(crate) acked: Vec<(u64, SentPacket)>,
+    pub(crate) lost: Vec<(u64, SentPacket)>,
+    /// Send time of the newest newly acked packet, if it was the largest and ack-eliciting:
+    /// an RTT sample.
+    pub(crate) rtt_sample: Option<Duration>,
+}
+
+impl SentPackets {
+    /// Allocates the next packet number.
+    pub(crate) fn take_pn(&mut self) -> u64 {
+        let pn = self.next_pn;
+        self.next_pn += 1;
+        pn
+    }
+
+    pub(crate) fn on_sent(&mut self, pn: u64, packet: SentPacket) {
+        if packet.in_flight {
+            self.bytes_in_flight += u64::from(packet.size);
+        }
+        if packet.ack_eliciting {
+            self.time_of_last_ack_eliciting = Some(packet.time);
+        }
+        self.packets.insert(pn, packet);
+    }
+
+    fn remove(&mut self, pn: u64) -> Option<SentPacket> {
+        let p = self.packets.remove(&pn)?;
+        if p.in_flight {
+            self.bytes_in_flight -= u64::from(p.size);
+        }
+        Some(p)
+    }
+
+    /// Applies an ACK's ranges (descending, inclusive). Returns an error string if the peer
+    /// acknowledged a packet number never sent.
+    pub(crate) fn on_ack(
+        &mut self,
+        now: Instant,
+        ranges: impl Iterator<Item = std::ops::RangeInclusive<u64>>,
+        largest: u64,
+        ack_delay: Duration,
+        rtt: &mut RttEstimator,
+        out: &mut Outcome,
+    ) -> Result<(), &'static str> {
+        if largest >= self.next_pn {
+            return Err("ACK of a packet never sent");
+        }
+        let mut largest_newly_acked = None;
+        for range in ranges {
+            let keys: Vec<u64> = self.packets.range(range).map(|(&pn, _)| pn).collect();
+            for pn in keys {
+                if let Some(p) = self.remove(pn) {
+                    largest_newly_acked = largest_newly_acked.max(Some(pn));
+                    out.acked.push((pn, p));
+                }
+            }
+        }
+        if self.largest_acked.is_none_or(|l| largest > l) {
+            self.largest_acked = Some(largest);
+        }
+        //= RFC 9002 §5.1: an RTT sample is taken when the largest acknowledged packet is newly
+        //# acknowledged and at least one newly acknowledged packet was ack-eliciting.
+        if largest_newly_acked == Some(largest) {
+            if let Some((_, p)) = out.acked.iter().find(|(pn, _)| *pn == largest) {
+                if out.acked.iter().any(|(_, p)| p.ack_eliciting) {
+                    let sample = now.saturating_duration_since(p.time);
+                    rtt.update(ack_delay, sample);
+                    out.rtt_sample = Some(sample);
+                }
+            }
+        }
+        if !out.acked.is_empty() {
+            self.pto_count = 0;
+        }
+        Ok(())
+    }
+
+    /// Packets the receiver reported missing (NACK): lost at once, as in UDT's loss list.
+    pub(crate) fn on_nack(&mut self, missing: impl Iterator<Item = u64>, out: &mut Outcome) {
+        for pn in missing {
+            if pn >= self.next_pn {
+                break;
+            }
+            if let Some(p) = self.remove(pn) {
+                out.lost.push((pn, p));
+            }
+        }
+    }
+
+    /// RFC 9002 §6.1 loss detection against the largest acknowledged packet.
+    pub(crate) fn detect_lost(&mut self, now: Instant, rtt: &RttEstimator, out: &mut Outcome) {
+        self.loss_time = None;
+        let Some(largest) = self.largest_acked else {
+            return;
+        };
+        let loss_delay = rtt.loss_delay();
+        let lost_before = now.checked_sub(loss_delay);
+        let mut lost = Vec::new();
+        for (&pn, p) in self.packets.range(..largest) {
+            let by_time = lost_before.is_some_and(|t| p.time <= t);
+            if by_time || largest - pn >= PACKET_THRESHOLD {
+                lost.push(pn);
+            } else {
+                let t = p.time + loss_delay;
+                self.loss_time = Some(self.loss_time.map_or(t, |l| l.min(t)));
+            }
+        }
+        for pn in lost {
+            if let Some(p) = self.remove(pn) {
+                out.lost.push((pn, p));
+            }
+        }
+    }
+
+    /// The oldest ack-eliciting packet still outstanding (for probe content).
+    pub(crate) fn oldest_ack_eliciting(&self) -> Option<&SentPacket> {
+        self.packets.values().find(|p| p.ack_eliciting)
+    }
+
+    /// Whether ack-eliciting packets are outstanding.
+    pub(crate) fn has_ack_eliciting_in_flight(&self) -> bool {
+        self.packets.values().any(|p| p.ack_eliciting)
+    }
+}
+
+/// The receiver's record of one path's packet-number space: what to acknowledge and when.
+#[derive(Debug, Default)]
+pub(crate) struct AckTracker {
+    pub(crate) received: RangeSet,
+    pub(crate) largest: Option<(u64, Instant)>,
+    /// Ack-eliciting packets received since the last ACK we sent.
+    pub(crate) unacked_eliciting: u32,
+    /// An ACK must go out now (gap, request, or frequency reached).
+    pub(crate) immediate: bool,
+    /// Deadline for a delayed ACK.
+    pub(crate) deadline: Option<Instant>,
+    /// Packet numbers to report missing at once (SLTP NACK / UDT NAK).
+    pub(crate) nack: Vec<u64>,
+    /// Something new arrived since the last ACK.
+    pub(crate) dirty: bool,
+}
+
+/// At most this many ACK ranges are remembered; older gaps are long repaired or given up.
+pub(crate) const MAX_ACK_RANGES: usize = 64;
+/// At most this many packet numbers go in one NACK.
+pub(crate) const MAX_NACK: usize = 64;
+
+impl AckTracker {
+    /// Records a received, authenticated packet.
+    pub(crate) fn on_packet(
+        &mut self,
+        now: Instant,
+        pn: u64,
+        ack_eliciting: bool,
+        frequency: u32,
+        max_delay: Duration,
+    ) {
+        match self.largest {
+            Some((largest, _)) if pn > largest + 1 => {
+                // A gap: report the missing numbers now rather than waiting for the sender's
+                // thresholds (SLTP NACK). Reordering may make this spurious; the sender then
+                // resends a little early, which costs bandwidth but not correctness.
+                for missing in largest + 1..pn {
+                    if self.nack.len() >= MAX_NACK {
+                        break;
+                    }
+                    self.nack.push(missing);
+                }
+                self.immediate = true;
+            }
+            Some((largest, _)) if pn < largest => {
+                // A late arrival fills a gap: tell the sender soon so it stops resending.
+                self.immediate = true;
+            }
+            _ => {}
+        }
+        if self.largest.is_none_or(|(l, _)| pn > l) {
+            self.largest = Some((pn, now));
+        }
+        self.received.insert(pn..pn + 1);
+        self.received.keep_highest(MAX_ACK_RANGES);
+        self.dirty = true;
+        if ack_eliciting {
+            self.unacked_eliciting += 1;
+            if self.unacked_eliciting >= frequency {
+                self.immediate = true;
+            } else if self.deadline.is_none() {
+                self.deadline = Some(now + max_delay);
+            }
+        }
+    }
+
+    /// Whether an ACK should be sent at `now`.
+    pub(crate) fn wants_ack(&self, now: Instant) -> bool {
+        self.dirty && (self.immediate || self.deadline.is_some_and(|d| d <= now))
+    }
+
+    /// An ACK was just written.
+    pub(crate) fn on_ack_sent(&mut self) {
+        self.unacked_eliciting = 0;
+        self.immediate = false;
+        self.deadline = None;
+        self.dirty = false;
+        self.nack.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkt(now: Instant) -> SentPacket {
+        SentPacket {
+            time: now,
+            size: 1000,
+            ack_eliciting: true,
+            in_flight: true,
+            app_limited: false,
+            frames: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn packet_threshold_loss() {
+        let now = Instant::now();
+        let mut s = SentPackets::default();
+        for _ in 0..5 {
+            let pn = s.take_pn();
+            s.on_sent(pn, pkt(now));
+        }
+        assert_eq!(s.bytes_in_flight, 5000);
+        let mut rtt = RttEstimator::new(Duration::from_millis(100));
+        let mut out = Outcome::default();
+        s.on_ack(now, [4..=4].into_iter(), 4, Duration::ZERO, &mut rtt, &mut out)
+            .unwrap();
+        s.detect_lost(now, &rtt, &mut out);
+        let lost: Vec<u64> = out.lost.iter().map(|(pn, _)| *pn).collect();
+        assert_eq!(lost, vec![0, 1], "3 packets behind the largest acked");
+        assert!(s.loss_time.is_some(), "2 and 3 wait for the time threshold");
+        let mut out = Outcome::default();
+        assert!(s
+            .on_ack(now, [9..=9].into_iter(), 9, Duration::ZERO, &mut rtt, &mut out)
+            .is_err());
+    }
+
+    #[test]
+    fn gaps_trigger_nack_and_immediate_ack() {
+        let now = Instant::now();
+        let mut a = AckTracker::default();
+        a.on_packet(now, 0, true, 2, Duration::from_millis(10));
+        assert!(!a.wants_ack(now));
+        a.on_packet(now, 3, true, 10, Duration::from_millis(10));
+        assert_eq!(a.nack, vec![1, 2]);
+        assert!(a.wants_ack(now));
+    }
+}

@@ -1,0 +1,363 @@
+//! tern endpoints as simulator nodes, and the applications the tests run on them: a bulk
+//! sender of several flows and a receiver that checks every byte.
+//!
+//! Flow payloads are a pure function of (flow index, offset), so the receiver verifies each
+//! byte without the sender's copy, and memory stays bounded by the protocol's windows.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tern_proto::{
+    ConnectionHandle, Dir, Endpoint, EndpointConfig, Event, FlowId, PublicKey, ReadError,
+    StaticKeypair, WriteError,
+};
+
+use crate::sim::{Datagram, Node};
+
+/// Byte `offset` of flow number `flow`: cheap to compute on both sides.
+pub fn payload_byte(flow: u64, offset: u64) -> u8 {
+    let x = offset
+        .wrapping_add(flow.wrapping_mul(0x5851_F42D_4C95_7F2D))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 56) as u8
+}
+
+/// What an application does on a simulated host.
+pub trait App {
+    /// Called once at the start and after every event or datagram: issue commands here.
+    fn poll(&mut self, now: Instant, endpoint: &mut Endpoint);
+    /// An event from a connection.
+    fn on_event(&mut self, now: Instant, endpoint: &mut Endpoint, conn: ConnectionHandle, event: Event);
+    /// Whether the application's work is done.
+    fn is_done(&self) -> bool;
+}
+
+/// A host running one tern endpoint and one application.
+pub struct TernNode<A: App> {
+    /// The protocol endpoint.
+    pub endpoint: Endpoint,
+    /// The application.
+    pub app: A,
+    addr: SocketAddr,
+    buf: Vec<u8>,
+    started: bool,
+}
+
+impl<A: App> TernNode<A> {
+    /// A node at `addr`.
+    pub fn new(endpoint: Endpoint, addr: SocketAddr, app: A) -> Self {
+        Self {
+            endpoint,
+            app,
+            addr,
+            buf: Vec::with_capacity(2048),
+            started: false,
+        }
+    }
+
+    fn pump(&mut self, now: Instant) {
+        self.started = true;
+        self.app.poll(now, &mut self.endpoint);
+        while let Some((conn, event)) = self.endpoint.poll_event() {
+            self.app.on_event(now, &mut self.endpoint, conn, event);
+            self.app.poll(now, &mut self.endpoint);
+        }
+    }
+}
+
+impl<A: App> Node for TernNode<A> {
+    fn handle(&mut self, now: Instant, mut dgram: Datagram) {
+        self.endpoint.handle(now, dgram.src, &mut dgram.data);
+        self.pump(now);
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        if !self.started {
+            self.pump(now);
+        }
+        self.buf.clear();
+        let t = self.endpoint.poll_transmit(now, &mut self.buf)?;
+        Some(Datagram {
+            src: self.addr,
+            dst: t.destination,
+            data: self.buf[..t.size].to_vec(),
+        })
+    }
+
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        self.endpoint.poll_timeout()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.endpoint.handle_timeout(now);
+        self.pump(now);
+    }
+
+    fn is_done(&self) -> bool {
+        self.app.is_done()
+    }
+}
+
+/// Deterministic endpoint configuration from a seed.
+pub fn endpoint_config(seed: u64, server: bool) -> EndpointConfig {
+    let mut s = [0u8; 32];
+    s[..8].copy_from_slice(&seed.to_le_bytes());
+    s[8] = u8::from(server);
+    let mut k = s;
+    k[31] = 0xaa;
+    let cfg = EndpointConfig::new(StaticKeypair::generate(k), s);
+    if server {
+        cfg.server()
+    } else {
+        cfg
+    }
+}
+
+/// A client that opens one connection and sends `sizes[i]` bytes on flow i.
+pub struct BulkSender {
+    server: SocketAddr,
+    server_key: Option<PublicKey>,
+    sizes: Vec<u64>,
+    conn: Option<ConnectionHandle>,
+    flows: Vec<(FlowId, u64, bool)>,
+    /// When the connection was established.
+    pub connected_at: Option<Instant>,
+    /// Every flow was acknowledged completely.
+    pub finished: usize,
+    /// The connection ended with this error.
+    pub error: Option<tern_proto::ConnectionError>,
+    chunk: Vec<u8>,
+    /// Close the connection once every flow is acknowledged.
+    pub close_when_done: bool,
+    closed: bool,
+}
+
+impl BulkSender {
+    /// Sends `sizes` (one flow each) to `server`.
+    pub fn new(server: SocketAddr, server_key: Option<PublicKey>, sizes: Vec<u64>) -> Self {
+        Self {
+            server,
+            server_key,
+            sizes,
+            conn: None,
+            flows: Vec::new(),
+            connected_at: None,
+            finished: 0,
+            error: None,
+            chunk: vec![0; 64 * 1024],
+            close_when_done: false,
+            closed: false,
+        }
+    }
+}
+
+impl App for BulkSender {
+    fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
+        let handle = match self.conn {
+            Some(h) => h,
+            None => {
+                let h = ep
+                    .connect(now, self.server, self.server_key)
+                    .expect("connect");
+                self.conn = Some(h);
+                h
+            }
+        };
+        let Some(conn) = ep.connection_mut(handle) else {
+            return;
+        };
+        if self.flows.len() < self.sizes.len() && (conn.is_established() || self.flows.is_empty())
+        {
+            while self.flows.len() < self.sizes.len() {
+                match conn.open_flow(Dir::Uni) {
+                    Ok(id) => self.flows.push((id, 0, false)),
+                    Err(_) => break,
+                }
+            }
+        }
+        for (i, (id, sent, finished)) in self.flows.iter_mut().enumerate() {
+            let size = self.sizes[i];
+            while *sent < size {
+                let n = ((size - *sent) as usize).min(self.chunk.len());
+                for (j, b) in self.chunk[..n].iter_mut().enumerate() {
+                    *b = payload_byte(i as u64, *sent + j as u64);
+                }
+                match conn.write(*id, &self.chunk[..n]) {
+                    Ok(k) => *sent += k as u64,
+                    Err(WriteError::Blocked) => break,
+                    Err(e) => panic!("write failed: {e}"),
+                }
+            }
+            if *sent == size && !*finished {
+                conn.finish(*id).expect("finish");
+                *finished = true;
+            }
+        }
+        if self.close_when_done && !self.closed && self.finished == self.sizes.len() {
+            self.closed = true;
+            conn.close(now, 0, b"done");
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, _: &mut Endpoint, _: ConnectionHandle, event: Event) {
+        match event {
+            Event::Connected => self.connected_at = Some(now),
+            Event::FlowFinished(_) => self.finished += 1,
+            Event::Closed(e) => {
+                if !matches!(e, tern_proto::ConnectionError::LocallyClosed { .. }) {
+                    self.error = Some(e)
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.error.is_some() || self.finished == self.sizes.len()
+    }
+}
+
+/// Per-flow progress seen by the receiver.
+#[derive(Debug, Clone, Default)]
+pub struct FlowProgress {
+    /// Bytes read in order and verified.
+    pub received: u64,
+    /// When FIN was read.
+    pub finished_at: Option<Instant>,
+    /// When the first byte was read.
+    pub first_byte_at: Option<Instant>,
+}
+
+/// A server that reads every flow, verifies each byte and records progress.
+pub struct VerifyingReceiver {
+    /// Expected flow count (done when all are finished).
+    pub expected_flows: usize,
+    /// Progress per flow index.
+    pub flows: HashMap<u64, FlowProgress>,
+    /// Bytes delivered over time: (time, cumulative bytes), one sample per read.
+    pub timeline: Vec<(Instant, u64)>,
+    /// Peak bytes held in the connection's receive buffers.
+    pub peak_buffered: u64,
+    /// The first byte that did not match, if any: (flow, offset).
+    pub corrupt: Option<(u64, u64)>,
+    /// Connections accepted.
+    pub accepted: Vec<ConnectionHandle>,
+    /// Record the timeline (costs memory on long runs).
+    pub record_timeline: bool,
+    total: u64,
+    buf: Vec<u8>,
+}
+
+impl VerifyingReceiver {
+    /// Expects `flows` flows.
+    pub fn new(flows: usize) -> Self {
+        Self {
+            expected_flows: flows,
+            flows: HashMap::new(),
+            timeline: Vec::new(),
+            peak_buffered: 0,
+            corrupt: None,
+            accepted: Vec::new(),
+            record_timeline: false,
+            total: 0,
+            buf: vec![0; 64 * 1024],
+        }
+    }
+
+    /// Bytes delivered in total.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    fn drain(&mut self, now: Instant, ep: &mut Endpoint, handle: ConnectionHandle) {
+        let Some(conn) = ep.connection_mut(handle) else {
+            return;
+        };
+        while let Some(id) = conn.accept_flow(Dir::Uni) {
+            self.flows.entry(id.index()).or_default();
+        }
+        while let Some(id) = conn.accept_flow(Dir::Bi) {
+            self.flows.entry(id.index()).or_default();
+        }
+        self.peak_buffered = self.peak_buffered.max(conn.recv_buffered());
+        let ids: Vec<u64> = self
+            .flows
+            .iter()
+            .filter(|(_, p)| p.finished_at.is_none())
+            .map(|(i, _)| *i)
+            .collect();
+        for index in ids {
+            let id = FlowId::from_parts(tern_proto::Side::Client, Dir::Uni, index);
+            loop {
+                match conn.read(id, &mut self.buf) {
+                    Ok(Some(n)) => {
+                        let p = self.flows.entry(index).or_default();
+                        p.first_byte_at.get_or_insert(now);
+                        for (j, b) in self.buf[..n].iter().enumerate() {
+                            if *b != payload_byte(index, p.received + j as u64)
+                                && self.corrupt.is_none()
+                            {
+                                self.corrupt = Some((index, p.received + j as u64));
+                            }
+                        }
+                        p.received += n as u64;
+                        self.total += n as u64;
+                        if self.record_timeline {
+                            self.timeline.push((now, self.total));
+                        }
+                    }
+                    Ok(None) => {
+                        self.flows.entry(index).or_default().finished_at = Some(now);
+                        break;
+                    }
+                    Err(ReadError::Blocked) => break,
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
+impl App for VerifyingReceiver {
+    fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
+        while let Some(h) = ep.accept() {
+            self.accepted.push(h);
+        }
+        for h in self.accepted.clone() {
+            self.drain(now, ep, h);
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, ep: &mut Endpoint, conn: ConnectionHandle, event: Event) {
+        if let Event::FlowReadable(_) | Event::FlowOpened { .. } = event {
+            self.drain(now, ep, conn);
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.flows.values().filter(|p| p.finished_at.is_some()).count() >= self.expected_flows
+    }
+}
+
+/// Goodput in bit/s between two instants from a receiver timeline.
+pub fn goodput_between(timeline: &[(Instant, u64)], from: Instant, to: Instant) -> f64 {
+    let at = |t: Instant| {
+        let i = timeline.partition_point(|(x, _)| *x <= t);
+        if i == 0 {
+            0
+        } else {
+            timeline[i - 1].1
+        }
+    };
+    let secs = to.saturating_duration_since(from).as_secs_f64();
+    if secs <= 0.0 {
+        return 0.0;
+    }
+    (at(to) - at(from)) as f64 * 8.0 / secs
+}
+
+/// Convenience: how long after `start` something happened.
+pub fn since(start: Instant, t: Instant) -> Duration {
+    t.saturating_duration_since(start)
+}
