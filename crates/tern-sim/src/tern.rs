@@ -361,3 +361,134 @@ pub fn goodput_between(timeline: &[(Instant, u64)], from: Instant, to: Instant) 
 pub fn since(start: Instant, t: Instant) -> Duration {
     t.saturating_duration_since(start)
 }
+
+/// The two hosts of a client–server scenario.
+pub enum PairHost {
+    /// The sending client.
+    Client(TernNode<BulkSender>),
+    /// The verifying server.
+    Server(TernNode<VerifyingReceiver>),
+}
+
+impl Node for PairHost {
+    fn handle(&mut self, now: Instant, d: Datagram) {
+        match self {
+            PairHost::Client(n) => n.handle(now, d),
+            PairHost::Server(n) => n.handle(now, d),
+        }
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        match self {
+            PairHost::Client(n) => n.poll_transmit(now),
+            PairHost::Server(n) => n.poll_transmit(now),
+        }
+    }
+    fn poll_timeout(&mut self) -> Option<Instant> {
+        match self {
+            PairHost::Client(n) => n.poll_timeout(),
+            PairHost::Server(n) => n.poll_timeout(),
+        }
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            PairHost::Client(n) => n.handle_timeout(now),
+            PairHost::Server(n) => n.handle_timeout(now),
+        }
+    }
+    fn is_done(&self) -> bool {
+        match self {
+            PairHost::Client(n) => n.is_done(),
+            PairHost::Server(n) => n.is_done(),
+        }
+    }
+}
+
+/// A bulk transfer from a client to a server over one pair of links.
+pub struct Transfer {
+    /// Simulation seed (links and endpoints).
+    pub seed: u64,
+    /// Client → server link.
+    pub uplink: crate::LinkConfig,
+    /// Server → client link.
+    pub downlink: crate::LinkConfig,
+    /// One flow per entry, of that many bytes.
+    pub sizes: Vec<u64>,
+    /// Use IK (client knows the server key) rather than XX.
+    pub ik: bool,
+    /// Adjusts both endpoints' configuration.
+    pub configure: fn(&mut EndpointConfig),
+    /// Record the receiver's delivery timeline.
+    pub timeline: bool,
+}
+
+/// The client and server addresses of a [`Transfer`].
+pub const CLIENT_ADDR: &str = "10.0.0.1:5000";
+/// See [`CLIENT_ADDR`].
+pub const SERVER_ADDR: &str = "10.0.0.2:4433";
+
+impl Transfer {
+    /// A transfer of `sizes` over a symmetric link.
+    pub fn new(seed: u64, link: crate::LinkConfig, sizes: Vec<u64>) -> Self {
+        Self {
+            seed,
+            uplink: link.clone(),
+            downlink: link,
+            sizes,
+            ik: true,
+            configure: |_| {},
+            timeline: false,
+        }
+    }
+
+    /// Builds the simulation.
+    pub fn build(&self) -> crate::Simulation<PairHost> {
+        let mut sim = crate::Simulation::new(self.seed);
+        let now = sim.now();
+        let c: SocketAddr = CLIENT_ADDR.parse().expect("valid address");
+        let s: SocketAddr = SERVER_ADDR.parse().expect("valid address");
+        let mut server_cfg = endpoint_config(self.seed, true);
+        (self.configure)(&mut server_cfg);
+        let mut client_cfg = endpoint_config(self.seed, false);
+        (self.configure)(&mut client_cfg);
+        let server_ep = Endpoint::new(server_cfg, now);
+        let key = self.ik.then(|| server_ep.public_key());
+        let client = TernNode::new(
+            Endpoint::new(client_cfg, now),
+            c,
+            BulkSender::new(s, key, self.sizes.clone()),
+        );
+        let mut rx = VerifyingReceiver::new(self.sizes.len());
+        rx.record_timeline = self.timeline;
+        let server = TernNode::new(server_ep, s, rx);
+        sim.add_host(PairHost::Client(client), &[c.ip()]);
+        sim.add_host(PairHost::Server(server), &[s.ip()]);
+        sim.add_link(c.ip(), s.ip(), self.uplink.clone());
+        sim.add_link(s.ip(), c.ip(), self.downlink.clone());
+        sim
+    }
+}
+
+/// Accessors for the two hosts of a [`Transfer`] simulation.
+pub trait PairAccess {
+    /// The client's node.
+    fn client(&self) -> &TernNode<BulkSender>;
+    /// The server's node.
+    fn server(&self) -> &TernNode<VerifyingReceiver>;
+}
+
+impl PairAccess for crate::Simulation<PairHost> {
+    fn client(&self) -> &TernNode<BulkSender> {
+        let ip = CLIENT_ADDR.parse::<SocketAddr>().expect("valid").ip();
+        match self.owner(ip).map(|h| self.node(h)) {
+            Some(PairHost::Client(n)) => n,
+            _ => unreachable!("the client host is added first"),
+        }
+    }
+    fn server(&self) -> &TernNode<VerifyingReceiver> {
+        let ip = SERVER_ADDR.parse::<SocketAddr>().expect("valid").ip();
+        match self.owner(ip).map(|h| self.node(h)) {
+            Some(PairHost::Server(n)) => n,
+            _ => unreachable!("the server host is added second"),
+        }
+    }
+}
