@@ -322,10 +322,8 @@ impl Endpoint {
                 self.config.retry_token_lifetime,
             ) {
                 Some(odcid) if odcid == packet.dcid => validated = true,
-                _ => {
-                    self.stats.invalid_tokens += 1;
-                    return;
-                }
+                // Expired, forged or damaged: treat the Initial as if it had no token.
+                _ => self.stats.invalid_tokens += 1,
             }
         }
         if !validated && self.retry_required() {

@@ -33,7 +33,9 @@ pub(crate) struct HandshakeState {
     pub(crate) msg1: Option<Vec<u8>>,
     /// Retry token from the server.
     pub(crate) token: Vec<u8>,
-    pub(crate) retried: bool,
+    /// Retry packets followed (a few are allowed: a Retry has no integrity check of its own,
+    /// so a corrupted one must not end the connection).
+    pub(crate) retries: u32,
     /// Flow data carried in the first flight, acknowledged implicitly by the response.
     pub(crate) first_flight: Vec<SentFrame>,
 }
@@ -256,10 +258,10 @@ impl Connection {
         let State::Handshake(hs) = &mut self.state else {
             return;
         };
-        if hs.retried || token.is_empty() {
+        if hs.retries >= 3 || token.is_empty() {
             return;
         }
-        hs.retried = true;
+        hs.retries += 1;
         hs.token = token.to_vec();
         self.rebuild_initial();
     }
@@ -299,13 +301,17 @@ impl Connection {
             ));
             return Ok(());
         }
-        let (params, frames) = parse_payload(&payload)?;
+        let mut r = wire::Reader::new(&payload);
+        let server_cid = ConnectionId::decode_len_prefixed(&mut r)
+            .map_err(|_| TransportErrorCode::PROTOCOL_VIOLATION)?;
+        // The authenticated copy wins over the header's, which may have been altered.
+        let (params, frames) = parse_payload(r.rest())?;
         if !frames.is_empty() {
             return Err(TransportErrorCode::PROTOCOL_VIOLATION);
         }
         self.peer_key = noise.remote_static();
         let pattern = noise.pattern();
-        self.remote_cid = packet.scid;
+        self.remote_cid = server_cid;
         self.apply_peer_params(params);
         if pattern == HandshakePattern::XX {
             let Some(noise) = self.handshake.as_mut() else {
@@ -476,8 +482,10 @@ pub(crate) fn accept(
     conn.stats.datagrams_received = 1;
     conn.stats.bytes_received = datagram_len as u64;
     conn.apply_peer_params(params);
-    // Response: msg2 with our transport parameters.
+    // Response: msg2 with our connection ID (authenticated, since the long header's SCID is
+    // not covered by the Noise prologue) and our transport parameters.
     let mut out_payload = Vec::new();
+    local_cid.encode_len_prefixed(&mut out_payload);
     params_payload(&local_params, &mut out_payload);
     let mut msg2 = Vec::new();
     let Some(noise) = conn.handshake.as_mut() else {

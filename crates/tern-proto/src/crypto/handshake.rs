@@ -26,9 +26,44 @@ pub(super) fn params(pattern: HandshakePattern) -> snow::params::NoiseParams {
 }
 
 /// One side of a Noise handshake.
+///
+/// A message that fails to authenticate (corrupted or forged) must not spoil the handshake,
+/// but snow's state is not defined after a failed read. Since our RNG is seeded, the state is
+/// a pure function of the inputs and the messages so far, so it is rebuilt and replayed.
 pub struct Handshake {
     state: snow::HandshakeState,
     pattern: HandshakePattern,
+    inputs: Inputs,
+    /// Messages written (their payloads) and read (the messages), in order.
+    transcript: Vec<(bool, Vec<u8>)>,
+}
+
+#[derive(Clone)]
+struct Inputs {
+    local: StaticKeypair,
+    remote: Option<PublicKey>,
+    prologue: Vec<u8>,
+    entropy: [u8; 32],
+    initiator: bool,
+}
+
+fn build(pattern: HandshakePattern, i: &Inputs) -> Result<snow::HandshakeState, HandshakeError> {
+    let builder = snow::Builder::with_resolver(params(pattern), SeededResolver::boxed(i.entropy))
+        .local_private_key(i.local.private_bytes())
+        .and_then(|b| b.prologue(&i.prologue))
+        .map_err(|_| HandshakeError::Crypto)?;
+    let builder = match &i.remote {
+        Some(key) if i.initiator => builder
+            .remote_public_key(&key.0)
+            .map_err(|_| HandshakeError::Crypto)?,
+        _ => builder,
+    };
+    if i.initiator {
+        builder.build_initiator()
+    } else {
+        builder.build_responder()
+    }
+    .map_err(|_| HandshakeError::Crypto)
 }
 
 impl std::fmt::Debug for Handshake {
@@ -54,20 +89,19 @@ impl Handshake {
         } else {
             HandshakePattern::XX
         };
-        let builder = snow::Builder::with_resolver(params(pattern), SeededResolver::boxed(entropy))
-            .local_private_key(local.private_bytes())
-            .and_then(|b| b.prologue(prologue))
-            .map_err(|_| HandshakeError::Crypto)?;
-        let builder = match server {
-            Some(key) => builder
-                .remote_public_key(&key.0)
-                .map_err(|_| HandshakeError::Crypto)?,
-            None => builder,
+        let inputs = Inputs {
+            local: local.clone(),
+            remote: server.copied(),
+            prologue: prologue.to_vec(),
+            entropy,
+            initiator: true,
         };
-        let state = builder
-            .build_initiator()
-            .map_err(|_| HandshakeError::Crypto)?;
-        Ok(Self { state, pattern })
+        Ok(Self {
+            state: build(pattern, &inputs)?,
+            pattern,
+            inputs,
+            transcript: Vec::new(),
+        })
     }
 
     /// The server side, for the pattern the client's first message announced.
@@ -77,12 +111,19 @@ impl Handshake {
         prologue: &[u8],
         entropy: [u8; 32],
     ) -> Result<Self, HandshakeError> {
-        let state = snow::Builder::with_resolver(params(pattern), SeededResolver::boxed(entropy))
-            .local_private_key(local.private_bytes())
-            .and_then(|b| b.prologue(prologue))
-            .and_then(|b| b.build_responder())
-            .map_err(|_| HandshakeError::Crypto)?;
-        Ok(Self { state, pattern })
+        let inputs = Inputs {
+            local: local.clone(),
+            remote: None,
+            prologue: prologue.to_vec(),
+            entropy,
+            initiator: false,
+        };
+        Ok(Self {
+            state: build(pattern, &inputs)?,
+            pattern,
+            inputs,
+            transcript: Vec::new(),
+        })
     }
 
     /// The pattern in use.
@@ -97,6 +138,7 @@ impl Handshake {
         match self.state.write_message(payload, &mut out[start..]) {
             Ok(n) => {
                 out.truncate(start + n);
+                self.transcript.push((true, payload.to_vec()));
                 Ok(())
             }
             Err(_) => {
@@ -115,13 +157,34 @@ impl Handshake {
         match self.state.read_message(message, &mut payload[start..]) {
             Ok(n) => {
                 payload.truncate(start + n);
+                self.transcript.push((false, message.to_vec()));
                 Ok(())
             }
             Err(_) => {
                 payload.truncate(start);
+                self.restore();
                 Err(HandshakeError::Authentication)
             }
         }
+    }
+
+    /// Rebuilds the state as it was before a failed read.
+    fn restore(&mut self) {
+        let Ok(mut state) = build(self.pattern, &self.inputs) else {
+            return;
+        };
+        let mut scratch = vec![0u8; 65_535];
+        for (write, bytes) in &self.transcript {
+            let ok = if *write {
+                state.write_message(bytes, &mut scratch).is_ok()
+            } else {
+                state.read_message(bytes, &mut scratch).is_ok()
+            };
+            if !ok {
+                return;
+            }
+        }
+        self.state = state;
     }
 
     /// Whether the last message has been written or read.
@@ -204,6 +267,28 @@ mod tests {
             s_send.seal(1, 9, b"h", &mut pkt);
             assert!(c_recv.open(1, 9, b"h", &mut pkt).is_some());
         }
+    }
+
+    #[test]
+    fn a_corrupted_message_does_not_spoil_the_handshake() {
+        let server_key = StaticKeypair::generate([1; 32]);
+        let client_key = StaticKeypair::generate([2; 32]);
+        let known = server_key.public();
+        let mut client = Handshake::initiator(&client_key, Some(&known), b"p", [3; 32]).unwrap();
+        let mut server =
+            Handshake::responder(&server_key, HandshakePattern::IK, b"p", [4; 32]).unwrap();
+        let (mut m, mut p) = (Vec::new(), Vec::new());
+        client.write(b"hello", &mut m).unwrap();
+        server.read(&m, &mut p).unwrap();
+        m.clear();
+        server.write(b"world", &mut m).unwrap();
+        let mut bad = m.clone();
+        bad[40] ^= 4;
+        assert_eq!(client.read(&bad, &mut p), Err(HandshakeError::Authentication));
+        p.clear();
+        client.read(&m, &mut p).unwrap();
+        assert_eq!(p, b"world");
+        assert!(client.is_finished());
     }
 
     #[test]
