@@ -21,7 +21,10 @@ const CONN_WINDOW: u64 = 1024 * 1024;
 fn configure(c: &mut EndpointConfig) {
     c.connection.flows.flow_window = FLOW_WINDOW;
     c.connection.flows.connection_window = CONN_WINDOW;
-    // At 30 % loss each way a handshake round trip succeeds half the time: give it room.
+    // At 30 % loss each way a round trip succeeds half the time, and the simulator's
+    // Gilbert–Elliott chain advances per packet, so a burst can swallow many probes in a
+    // row. The timeouts are the policy that decides when an outage ends a connection; this
+    // test is about delivery, so it gives outages room.
     c.connection.handshake_timeout = Duration::from_secs(120);
     c.connection.idle_timeout = Duration::from_secs(120);
 }
@@ -62,6 +65,9 @@ fn run_seed(seed: u64) {
         })
         .collect();
     let total: u64 = sizes.iter().sum();
+    if std::env::var("TERN_SEED").is_ok() {
+        eprintln!("up {up:?}\ndown {down:?}");
+    }
     let mut t = Transfer::new(seed, up, sizes.clone());
     t.downlink = down;
     t.ik = rng.random_bool(0.5);
@@ -78,7 +84,7 @@ fn run_seed(seed: u64) {
             eprintln!("server {:#?}", sim.server().endpoint.connection(tern_proto::ConnectionHandle(0)));
         }
     }
-    let result = sim.run_until_done(start + Duration::from_secs(600));
+    let result = sim.run_until_done(start + Duration::from_secs(3600));
     let server = &sim.server().app;
     let verbose = std::env::var("TERN_SEED").is_ok();
     let detail = |c: Option<&tern_proto::Connection>| match c {

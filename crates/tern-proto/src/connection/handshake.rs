@@ -25,6 +25,8 @@ pub(crate) const PATTERN_XX: u8 = 2;
 pub(crate) const REFUSE_AUTHENTICATION: u8 = 1;
 /// See [`REFUSE_AUTHENTICATION`].
 pub(crate) const REFUSE_BUSY: u8 = 2;
+/// Refusals that end a handshake (see `client_on_response`).
+const REFUSALS_BELIEVED: u32 = 3;
 
 /// Client-side handshake state before keys exist.
 #[derive(Debug, Default)]
@@ -36,6 +38,9 @@ pub(crate) struct HandshakeState {
     /// Retry packets followed (a few are allowed: a Retry has no integrity check of its own,
     /// so a corrupted one must not end the connection).
     pub(crate) retries: u32,
+    /// Refusals received: a damaged Initial is refused too, so only repeated refusals of
+    /// identical Initials are believed.
+    pub(crate) refusals: u32,
     /// Flow data carried in the first flight, acknowledged implicitly by the response.
     pub(crate) first_flight: Vec<SentFrame>,
 }
@@ -213,6 +218,7 @@ impl Connection {
             }
         }
         let pto = self.paths[0].rtt.pto_base();
+        let cap = self.max_probe_interval();
         let budget = self.paths[0].amplification_budget();
         let flight = self.flight.as_mut()?;
         if !flight.send_now || self.confirmed {
@@ -223,7 +229,7 @@ impl Connection {
             return None;
         }
         flight.send_now = false;
-        flight.retransmit_at = Some(now + pto * (1 << flight.backoff));
+        flight.retransmit_at = Some(now + (pto * (1 << flight.backoff)).min(cap));
         buf.extend_from_slice(&flight.datagram);
         Some(flight.datagram.len())
     }
@@ -281,7 +287,17 @@ impl Connection {
             return Ok(());
         }
         if packet.payload.len() == 1 {
-            // A refusal in clear: the server could not read our first message.
+            // A refusal in clear: the server could not read our first message. The Initial may
+            // have been damaged on the way, so resend it and believe only the third refusal.
+            if let State::Handshake(hs) = &mut self.state {
+                hs.refusals += 1;
+                if hs.refusals < REFUSALS_BELIEVED {
+                    if let Some(f) = self.flight.as_mut() {
+                        f.send_now = true;
+                    }
+                    return Ok(());
+                }
+            }
             let error = match packet.payload[0] {
                 REFUSE_AUTHENTICATION => ConnectionError::HandshakeRefused,
                 _ => ConnectionError::ConnectionRefused,

@@ -479,6 +479,17 @@ impl Connection {
         p.rtt.pto_base() + self.peer_max_ack_delay()
     }
 
+    /// Backoff never stretches the probe interval beyond two seconds (or two probe timeouts on
+    /// a very slow path) nor a sixth of the idle timeout: an outage is then met by a steady
+    /// trickle of two small probes, which finds the path as soon as it is back, instead of
+    /// one probe after minutes of silence.
+    pub(crate) fn max_probe_interval(&self) -> Duration {
+        let floor = Duration::from_secs(2).max(self.paths[0].rtt.pto_base() * 2);
+        floor
+            .min(self.idle_timeout / 6)
+            .max(Duration::from_millis(100))
+    }
+
     pub(crate) fn peer_max_ack_delay(&self) -> Duration {
         self.peer_params
             .as_ref()
@@ -551,7 +562,8 @@ impl Connection {
         }
         let last = path.sent.time_of_last_ack_eliciting?;
         let backoff = 1u32 << path.sent.pto_count.min(10);
-        Some(last + (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff)
+        let pto = (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff;
+        Some(last + pto.min(self.max_probe_interval()))
     }
 
     /// Handles expired timers.

@@ -137,6 +137,11 @@ impl Connection {
                     self.ping_pending = false;
                     ack_eliciting = true;
                 }
+                if probing {
+                    // A probe asks for an immediate answer (SLTP REPLY_REQ): each probe then
+                    // gets its own ACK, which doubles the chances through a loss burst.
+                    Frame::AckRequest.encode(buf);
+                }
             }
         }
         if buf.len() == payload_start {
