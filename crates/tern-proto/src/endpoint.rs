@@ -252,10 +252,29 @@ impl Endpoint {
                 }
             }
             None => {
+                if self.detect_stateless_reset(data) {
+                    return;
+                }
                 self.stats.unroutable += 1;
                 self.send_stateless_reset(remote, &cid, data.len());
             }
         }
+    }
+
+    /// A datagram for no known connection may be a stateless reset from a peer that lost its
+    /// state: its last 16 bytes are then the reset token that peer gave us.
+    fn detect_stateless_reset(&mut self, data: &[u8]) -> bool {
+        if data.len() < wire::STATELESS_RESET_MIN_LEN {
+            return false;
+        }
+        let tail = &data[data.len() - crate::crypto::RESET_TOKEN_LEN..];
+        for conn in self.connections.iter_mut().flatten() {
+            if conn.peer_reset_token.is_some_and(|t| t == tail) && !conn.is_drained() {
+                conn.enter_drained(crate::error::ConnectionError::Reset);
+                return true;
+            }
+        }
+        false
     }
 
     /// A stateless reset tells a peer whose connection we no longer have to stop at once. It
@@ -292,6 +311,13 @@ impl Endpoint {
             }
         };
         if let Some(&idx) = self.routes.get(&packet.dcid) {
+            if self.is_damaged_first_message(idx, &packet) {
+                // XX's first message is not authenticated: if the copy we built the
+                // connection from was damaged, the client can never read our reply. A
+                // retransmission that differs from it replaces the half-open connection.
+                self.reaccept(now, remote, idx, &packet, len);
+                return;
+            }
             if let Some(conn) = self.connections[idx].as_mut() {
                 conn.stats.datagrams_received += 1;
                 conn.stats.bytes_received += len as u64;
@@ -361,6 +387,46 @@ impl Endpoint {
             }
             Accept::Refuse(reason) => self.refuse(remote, &packet, reason),
             Accept::Drop => self.stats.malformed += 1,
+        }
+    }
+
+    fn is_damaged_first_message(&self, idx: usize, packet: &wire::LongPacket<'_>) -> bool {
+        packet.ty == wire::LongType::Initial
+            && self.connections[idx].as_ref().is_some_and(|c| {
+                c.awaiting_client_finish()
+                    && (c.initial_payload != packet.payload || c.remote_cid != packet.scid)
+            })
+    }
+
+    fn reaccept(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        idx: usize,
+        packet: &wire::LongPacket<'_>,
+        len: usize,
+    ) {
+        let Some(old) = self.connections[idx].as_ref() else {
+            return;
+        };
+        let (local_cid, validated) = (old.local_cid, old.paths[0].validated);
+        let mut entropy = [0; 32];
+        self.rng.fill_bytes(&mut entropy);
+        let params = self.local_params(&local_cid);
+        let config = Arc::new(self.config.connection.clone());
+        if let Accept::Connection(conn) = handshake::accept(
+            now,
+            config,
+            &self.config.keypair,
+            entropy,
+            local_cid,
+            params,
+            remote,
+            packet,
+            len,
+            validated,
+        ) {
+            self.connections[idx] = Some(*conn);
         }
     }
 

@@ -494,6 +494,7 @@ pub(crate) fn accept(
         local_params.clone(),
         noise,
     );
+    conn.initial_payload = packet.payload.to_vec();
     conn.paths[0].bytes_received = datagram_len as u64;
     conn.stats.datagrams_received = 1;
     conn.stats.bytes_received = datagram_len as u64;

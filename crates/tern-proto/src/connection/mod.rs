@@ -105,6 +105,8 @@ pub struct Connection {
     pub(crate) flight: Option<handshake::Flight>,
     /// A Close frame must be (re)sent.
     pub(crate) close_resend: bool,
+    /// Server: the Initial payload this connection was built from (see `Endpoint::handle_long`).
+    pub(crate) initial_payload: Vec<u8>,
 }
 
 impl Connection {
@@ -163,6 +165,7 @@ impl Connection {
             drained_reported: false,
             flight: None,
             close_resend: false,
+            initial_payload: Vec::new(),
             config,
         }
     }
@@ -182,6 +185,11 @@ impl Connection {
     /// The peer's static public key, once the handshake revealed it.
     pub fn peer_key(&self) -> Option<PublicKey> {
         self.peer_key
+    }
+
+    /// Server side of an `XX` handshake still waiting for the client's last message.
+    pub(crate) fn awaiting_client_finish(&self) -> bool {
+        self.side == Side::Server && matches!(self.state, State::Handshake(_))
     }
 
     /// Whether the handshake completed and flows can carry data.
