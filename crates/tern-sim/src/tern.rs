@@ -31,6 +31,10 @@ pub trait App {
     fn on_event(&mut self, now: Instant, endpoint: &mut Endpoint, conn: ConnectionHandle, event: Event);
     /// Whether the application's work is done.
     fn is_done(&self) -> bool;
+    /// When the application next wants `poll` called (e.g. to send at a fixed rate).
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// A host running one tern endpoint and one application.
@@ -86,7 +90,10 @@ impl<A: App> Node for TernNode<A> {
     }
 
     fn poll_timeout(&mut self) -> Option<Instant> {
-        self.endpoint.poll_timeout()
+        match (self.endpoint.poll_timeout(), self.app.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn handle_timeout(&mut self, now: Instant) {
@@ -363,14 +370,14 @@ pub fn since(start: Instant, t: Instant) -> Duration {
 }
 
 /// The two hosts of a client–server scenario.
-pub enum PairHost {
-    /// The sending client.
-    Client(TernNode<BulkSender>),
-    /// The verifying server.
-    Server(TernNode<VerifyingReceiver>),
+pub enum PairHost<C: App = BulkSender, S: App = VerifyingReceiver> {
+    /// The client.
+    Client(TernNode<C>),
+    /// The server.
+    Server(TernNode<S>),
 }
 
-impl Node for PairHost {
+impl<C: App, S: App> Node for PairHost<C, S> {
     fn handle(&mut self, now: Instant, d: Datagram) {
         match self {
             PairHost::Client(n) => n.handle(now, d),
