@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tern_proto::{
     ConnectionHandle, Dir, Endpoint, EndpointConfig, Event, FlowId, PublicKey, ReadError,
     StaticKeypair, WriteError,
@@ -15,12 +16,59 @@ use tern_proto::{
 
 use crate::sim::{Datagram, Node};
 
-/// Byte `offset` of flow number `flow`: cheap to compute on both sides.
+/// Length of the shared payload pattern: a prime a little over 1 MiB, so that a byte moved
+/// by any multiple of a packet or a power of two lands on a different value.
+const PATTERN_LEN: usize = (1 << 20) + 7;
+
+/// The payload pattern every simulated flow draws from, generated once.
+fn pattern() -> &'static Bytes {
+    static PATTERN: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    PATTERN.get_or_init(|| {
+        let mut x: u64 = 0x243F_6A88_85A3_08D3;
+        let mut v = Vec::with_capacity(PATTERN_LEN);
+        while v.len() < PATTERN_LEN {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v.truncate(PATTERN_LEN);
+        Bytes::from(v)
+    })
+}
+
+/// Where flow `flow`'s byte at `offset` sits in the pattern.
+fn pattern_index(flow: u64, offset: u64) -> usize {
+    ((offset + flow.wrapping_mul(7919)) % PATTERN_LEN as u64) as usize
+}
+
+/// Byte `offset` of flow number `flow`: a pure function of both, so the receiver checks
+/// every byte without the sender's copy.
 pub fn payload_byte(flow: u64, offset: u64) -> u8 {
-    let x = offset
-        .wrapping_add(flow.wrapping_mul(0x5851_F42D_4C95_7F2D))
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (x >> 56) as u8
+    pattern()[pattern_index(flow, offset)]
+}
+
+/// Up to `max` bytes of flow `flow`'s payload from `offset`, without copying.
+pub fn payload_slice(flow: u64, offset: u64, max: usize) -> Bytes {
+    let start = pattern_index(flow, offset);
+    let end = (start + max).min(PATTERN_LEN);
+    pattern().slice(start..end)
+}
+
+/// Whether `data` is flow `flow`'s payload at `offset`; else the offset of the first wrong
+/// byte.
+pub fn check_payload(flow: u64, offset: u64, data: &[u8]) -> Result<(), u64> {
+    let mut pos = 0;
+    while pos < data.len() {
+        let expected = payload_slice(flow, offset + pos as u64, data.len() - pos);
+        let got = &data[pos..pos + expected.len()];
+        if got != &expected[..] {
+            let j = (0..got.len()).find(|&j| got[j] != expected[j]).unwrap_or(0);
+            return Err(offset + (pos + j) as u64);
+        }
+        pos += expected.len();
+    }
+    Ok(())
 }
 
 /// What an application does on a simulated host.
@@ -80,12 +128,18 @@ impl<A: App> Node for TernNode<A> {
         if !self.started {
             self.pump(now);
         }
-        self.buf.clear();
-        let t = self.endpoint.poll_transmit(now, &mut self.buf)?;
+        // The endpoint writes straight into the datagram's own buffer: no copy.
+        let mut data = std::mem::replace(&mut self.buf, Vec::with_capacity(2048));
+        data.clear();
+        let Some(t) = self.endpoint.poll_transmit(now, &mut data) else {
+            self.buf = data;
+            return None;
+        };
+        data.truncate(t.size);
         Some(Datagram {
             src: self.addr,
             dst: t.destination,
-            data: self.buf[..t.size].to_vec(),
+            data,
         })
     }
 
@@ -134,7 +188,6 @@ pub struct BulkSender {
     pub finished: usize,
     /// The connection ended with this error.
     pub error: Option<tern_proto::ConnectionError>,
-    chunk: Vec<u8>,
     /// Close the connection once every flow is acknowledged.
     pub close_when_done: bool,
     closed: bool,
@@ -152,7 +205,6 @@ impl BulkSender {
             connected_at: None,
             finished: 0,
             error: None,
-            chunk: vec![0; 64 * 1024],
             close_when_done: false,
             closed: false,
         }
@@ -186,11 +238,9 @@ impl App for BulkSender {
         for (i, (id, sent, finished)) in self.flows.iter_mut().enumerate() {
             let size = self.sizes[i];
             while *sent < size {
-                let n = ((size - *sent) as usize).min(self.chunk.len());
-                for (j, b) in self.chunk[..n].iter_mut().enumerate() {
-                    *b = payload_byte(i as u64, *sent + j as u64);
-                }
-                match conn.write(*id, &self.chunk[..n]) {
+                let max = ((size - *sent) as usize).min(64 * 1024);
+                let chunk = payload_slice(i as u64, *sent, max);
+                match conn.write_bytes(*id, chunk) {
                     Ok(k) => *sent += k as u64,
                     Err(WriteError::Blocked) => break,
                     Err(e) => panic!("write failed: {e}"),
@@ -253,7 +303,6 @@ pub struct VerifyingReceiver {
     /// Record the timeline (costs memory on long runs).
     pub record_timeline: bool,
     total: u64,
-    buf: Vec<u8>,
 }
 
 impl VerifyingReceiver {
@@ -268,7 +317,6 @@ impl VerifyingReceiver {
             accepted: Vec::new(),
             record_timeline: false,
             total: 0,
-            buf: vec![0; 64 * 1024],
         }
     }
 
@@ -297,16 +345,13 @@ impl VerifyingReceiver {
         for index in ids {
             let id = FlowId::from_parts(tern_proto::Side::Client, Dir::Uni, index);
             loop {
-                match conn.read(id, &mut self.buf) {
-                    Ok(Some(n)) => {
+                match conn.read_chunk(id, usize::MAX) {
+                    Ok(Some(chunk)) => {
+                        let n = chunk.len();
                         let p = self.flows.entry(index).or_default();
                         p.first_byte_at.get_or_insert(now);
-                        for (j, b) in self.buf[..n].iter().enumerate() {
-                            if *b != payload_byte(index, p.received + j as u64)
-                                && self.corrupt.is_none()
-                            {
-                                self.corrupt = Some((index, p.received + j as u64));
-                            }
+                        if let Err(at) = check_payload(index, p.received, &chunk) {
+                            self.corrupt.get_or_insert((index, at));
                         }
                         p.received += n as u64;
                         self.total += n as u64;

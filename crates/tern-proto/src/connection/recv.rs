@@ -96,8 +96,7 @@ impl Connection {
             State::Draining { .. } | State::Drained => return,
             _ => {}
         }
-        let payload = body[..len].to_vec();
-        let ack_eliciting = match self.process_frames(now, pn, &payload) {
+        let ack_eliciting = match self.process_frames(now, pn, &body[..len]) {
             Ok(eliciting) => eliciting,
             Err((code, reason)) => {
                 self.fail(now, code, reason);

@@ -80,13 +80,16 @@ impl SentPackets {
         pn
     }
 
+    /// Records a sent packet. Only ack-eliciting packets are kept: an ACK-only packet is
+    /// never acknowledged, carries nothing to resend and must not pile up.
     pub(crate) fn on_sent(&mut self, pn: u64, packet: SentPacket) {
+        if !packet.ack_eliciting {
+            return;
+        }
         if packet.in_flight {
             self.bytes_in_flight += u64::from(packet.size);
         }
-        if packet.ack_eliciting {
-            self.time_of_last_ack_eliciting = Some(packet.time);
-        }
+        self.time_of_last_ack_eliciting = Some(packet.time);
         self.packets.insert(pn, packet);
     }
 
@@ -181,12 +184,12 @@ impl SentPackets {
 
     /// The oldest ack-eliciting packet still outstanding (for probe content).
     pub(crate) fn oldest_ack_eliciting(&self) -> Option<&SentPacket> {
-        self.packets.values().find(|p| p.ack_eliciting)
+        self.packets.values().next()
     }
 
-    /// Whether ack-eliciting packets are outstanding.
+    /// Whether ack-eliciting packets are outstanding (only those are kept).
     pub(crate) fn has_ack_eliciting_in_flight(&self) -> bool {
-        self.packets.values().any(|p| p.ack_eliciting)
+        !self.packets.is_empty()
     }
 }
 
@@ -208,7 +211,9 @@ pub(crate) struct AckTracker {
 }
 
 /// At most this many ACK ranges are remembered; older gaps are long repaired or given up.
-pub(crate) const MAX_ACK_RANGES: usize = 64;
+pub(crate) const MAX_ACK_RANGES: usize = 32;
+/// ACKs describe at most this many packet numbers below the largest received.
+pub(crate) const ACK_HORIZON: u64 = 1024;
 /// At most this many packet numbers go in one NACK.
 pub(crate) const MAX_NACK: usize = 64;
 
@@ -246,6 +251,14 @@ impl AckTracker {
         }
         self.received.insert(pn..pn + 1);
         self.received.keep_highest(MAX_ACK_RANGES);
+        // Gaps far below the newest packet were long reported (the sender declared them lost
+        // and resent their data under new numbers); stop repeating them in every ACK.
+        if let Some((largest, _)) = self.largest {
+            let floor = largest.saturating_sub(ACK_HORIZON);
+            if self.received.first().is_some_and(|r| r.start < floor) {
+                self.received.remove(0..floor);
+            }
+        }
         self.dirty = true;
         if ack_eliciting {
             self.unacked_eliciting += 1;

@@ -1,0 +1,7 @@
+//! Decodes arbitrary bytes with the header decoder; whatever decodes must re-encode to the
+//! same value (`tern_proto::wire::fuzz::header`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    tern_proto::wire::fuzz::header(data);
+});

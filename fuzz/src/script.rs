@@ -1,0 +1,509 @@
+//! `endpoint_handshake`: a real client and server complete an IK handshake over a perfect
+//! network; then the input is a script of what happens next, so that the fuzzer reaches the
+//! established connection's deeper states (flows, credit, recovery, path validation, close)
+//! through packets the peers really encrypted, plus raw datagrams of its own.
+//!
+//! # Input format
+//! A sequence of operations; each is one opcode byte (taken modulo [`OPS`]) and its argument
+//! bytes. Missing bytes read as 0, so every input is a valid script.
+//!
+//! | op | name | arguments |
+//! |----|------|-----------|
+//! | 0 | [`RAW_TO_SERVER`] | `len: u16`, `len % 1501` bytes: a datagram "from the client" |
+//! | 1 | [`RAW_TO_CLIENT`] | same, "from the server" |
+//! | 2 | [`OPEN`] | `side: u8` (bit 0: server), `uni: u8` (bit 0) |
+//! | 3 | [`WRITE`] | `side`, `flow: u8` (index into that side's writable flows), `len: u16` |
+//! | 4 | [`FINISH`] | `side`, `flow` |
+//! | 5 | [`RESET`] | `side`, `flow`, `code: u8` |
+//! | 6 | [`STOP`] | `side`, `flow` (index into readable flows), `code: u8` |
+//! | 7 | [`PUMP`] | none: both sides' pending datagrams go into the network queues |
+//! | 8 | [`DELIVER`] | `dir: u8` (bit 0: server to client), `fate: u8`, `arg: u16` |
+//! | 9 | [`ADVANCE`] | `ms: u8`: 0 jumps to the next timer, else `4 * ms` milliseconds |
+//! | 10 | [`CLOSE`] | `side`, `code: u8` |
+//! | 11 | [`EXCHANGE`] | none: pump and deliver both ways until the network is quiet |
+//!
+//! `DELIVER` takes the oldest queued datagram of that direction; `fate % 7` is: 0 deliver,
+//! 1 drop, 2 deliver twice, 3 flip bit `arg % (8 * len)` and deliver, 4 truncate to
+//! `arg % len` bytes and deliver, 5 deliver from a rebound client address (client to server
+//! only; else deliver), 6 put it at the back of the queue (reordering).
+//!
+//! After the script the network runs clean (exchanges and timers, a bounded number of
+//! steps) so that retransmissions and closes play out.
+//!
+//! # Checks
+//! - No panic.
+//! - Every byte either side reads on a flow is the byte the other side wrote at that offset
+//!   (writers send [`pattern`] bytes). Forged datagrams cannot authenticate and real ones
+//!   may be lost, repeated or reordered, so anything else is a bug.
+//! - Neither connection ends with a protocol or transport error, a refusal or a version
+//!   mismatch: both ends are tern, and the fuzzer holds no keys, so such an end means that
+//!   tern sent something tern rejects, or that an unauthenticated datagram killed a
+//!   connection (`Violation`: "a forged packet must not be able to end a connection").
+//! - Endpoints stop sending at one instant, and timers do not stay due after they ran.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tern_proto::{
+    ConnectionError, ConnectionHandle, Dir, Endpoint, Event, FlowId, ReadError,
+};
+
+use crate::recv::MAX_STUCK;
+use crate::{client_config, drain_transmits, epoch, server_config, CLIENT, CLIENT_REBOUND, SERVER};
+
+/// Number of opcodes.
+pub const OPS: u8 = 12;
+/// Raw datagram to the server from the client's address.
+pub const RAW_TO_SERVER: u8 = 0;
+/// Raw datagram to the client from the server's address.
+pub const RAW_TO_CLIENT: u8 = 1;
+/// Open a flow.
+pub const OPEN: u8 = 2;
+/// Write pattern bytes on a flow.
+pub const WRITE: u8 = 3;
+/// Finish a flow.
+pub const FINISH: u8 = 4;
+/// Reset a flow's sending half.
+pub const RESET: u8 = 5;
+/// Stop a flow's receiving half.
+pub const STOP: u8 = 6;
+/// Move pending datagrams into the network.
+pub const PUMP: u8 = 7;
+/// Deliver (or mistreat) the oldest queued datagram of one direction.
+pub const DELIVER: u8 = 8;
+/// Let time pass.
+pub const ADVANCE: u8 = 9;
+/// Close a connection.
+pub const CLOSE: u8 = 10;
+/// Run the network clean until quiet.
+pub const EXCHANGE: u8 = 11;
+
+/// Fates of [`DELIVER`].
+pub mod fate {
+    /// Deliver it.
+    pub const DELIVER: u8 = 0;
+    /// Lose it.
+    pub const DROP: u8 = 1;
+    /// Deliver it twice.
+    pub const DUPLICATE: u8 = 2;
+    /// Flip one bit, then deliver.
+    pub const FLIP: u8 = 3;
+    /// Truncate, then deliver.
+    pub const TRUNCATE: u8 = 4;
+    /// Deliver from a new client address (NAT rebinding).
+    pub const REBIND: u8 = 5;
+    /// Requeue at the back.
+    pub const REORDER: u8 = 6;
+}
+
+/// Largest single write, in bytes.
+const MAX_WRITE: usize = 16 * 1024;
+/// Datagrams kept per direction; more are lost (a full router queue).
+const MAX_QUEUE: usize = 512;
+/// Rounds of one `EXCHANGE`.
+const MAX_ROUNDS: usize = 64;
+/// Timer steps after the script.
+const SETTLE_STEPS: usize = 300;
+
+/// The byte a writer puts at `offset` of `flow`; readers check it.
+pub fn pattern(flow: FlowId, offset: u64) -> u8 {
+    let x = offset
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(flow.0.wrapping_mul(0xbf58_476d_1ce4_e5b9));
+    (x >> 56) as u8
+}
+
+/// Argument reader: missing bytes read as 0.
+struct Input<'a>(&'a [u8]);
+
+impl<'a> Input<'a> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.u8(), self.u8()])
+    }
+
+    fn bytes(&mut self, n: usize) -> &'a [u8] {
+        let (b, rest) = self.0.split_at(n.min(self.0.len()));
+        self.0 = rest;
+        b
+    }
+}
+
+/// One end: its endpoint, its connection and what it wrote and read.
+struct Peer {
+    ep: Endpoint,
+    conn: Option<ConnectionHandle>,
+    /// Flows this side may write on (opened by it, or bidirectional ones it accepted).
+    writable: Vec<FlowId>,
+    /// Flows this side may read from (accepted ones, or bidirectional ones it opened).
+    readable: Vec<FlowId>,
+    /// Next offset to write, per flow.
+    written: HashMap<FlowId, u64>,
+    /// Next offset to read, per flow.
+    read: HashMap<FlowId, u64>,
+    name: &'static str,
+}
+
+impl Peer {
+    fn new(ep: Endpoint, name: &'static str) -> Self {
+        Peer {
+            ep,
+            conn: None,
+            writable: Vec::new(),
+            readable: Vec::new(),
+            written: HashMap::new(),
+            read: HashMap::new(),
+            name,
+        }
+    }
+
+    fn pick(list: &[FlowId], i: u8) -> Option<FlowId> {
+        (!list.is_empty()).then(|| list[usize::from(i) % list.len()])
+    }
+
+    /// Drains events, accepts flows, reads and checks everything readable.
+    fn service(&mut self) {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Some((h, event)) = self.ep.poll_event() {
+            if Some(h) != self.conn {
+                continue;
+            }
+            match event {
+                Event::Closed(e) => check_close(self.name, &e),
+                Event::Drained => self.conn = None,
+                _ => {}
+            }
+        }
+        let Some(h) = self.conn else { return };
+        let Some(conn) = self.ep.connection_mut(h) else {
+            return;
+        };
+        if let Some(e) = conn.close_reason() {
+            check_close(self.name, e);
+        }
+        for dir in [Dir::Bi, Dir::Uni] {
+            while let Some(id) = conn.accept_flow(dir) {
+                self.readable.push(id);
+                if dir == Dir::Bi {
+                    self.writable.push(id);
+                }
+            }
+        }
+        for &id in &self.readable {
+            for _ in 0..64 {
+                match conn.read(id, &mut buf) {
+                    Ok(Some(n)) => {
+                        let at = self.read.entry(id).or_insert(0);
+                        for (i, &b) in buf[..n].iter().enumerate() {
+                            let offset = *at + i as u64;
+                            assert_eq!(
+                                b,
+                                pattern(id, offset),
+                                "{} read a wrong byte on flow {id:?} at offset {offset}",
+                                self.name
+                            );
+                        }
+                        *at += n as u64;
+                    }
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
+/// Ends a connection between two tern endpoints may have while the network is hostile but
+/// holds no keys.
+fn check_close(who: &str, e: &ConnectionError) {
+    match e {
+        ConnectionError::LocallyClosed { .. }
+        | ConnectionError::ApplicationClosed { .. }
+        | ConnectionError::TimedOut
+        | ConnectionError::Reset => {}
+        other => panic!("{who}'s connection ended with {other:?}: {other}"),
+    }
+}
+
+/// The network between the two peers, and the time.
+struct Net {
+    now: Instant,
+    client: Peer,
+    server: Peer,
+    /// Datagrams in flight, client to server (with the source address) and back.
+    c2s: VecDeque<Vec<u8>>,
+    s2c: VecDeque<Vec<u8>>,
+    /// The client's address as the server sees it now (it changes on REBIND).
+    client_seen_as: SocketAddr,
+}
+
+impl Net {
+    fn pump(&mut self) {
+        let now = self.now;
+        let (c2s, s2c) = (&mut self.c2s, &mut self.s2c);
+        drain_transmits(&mut self.client.ep, now, |to, d| {
+            assert_eq!(to, SERVER, "client sent to an unknown address");
+            if c2s.len() < MAX_QUEUE {
+                c2s.push_back(d.to_vec());
+            }
+        });
+        let client_addrs = [CLIENT, CLIENT_REBOUND];
+        drain_transmits(&mut self.server.ep, now, |to, d| {
+            assert!(client_addrs.contains(&to), "server sent to {to}");
+            if s2c.len() < MAX_QUEUE {
+                s2c.push_back(d.to_vec());
+            }
+        });
+    }
+
+    fn to_server(&mut self, from: SocketAddr, mut d: Vec<u8>) {
+        self.server.ep.handle(self.now, from, &mut d);
+    }
+
+    fn to_client(&mut self, mut d: Vec<u8>) {
+        self.client.ep.handle(self.now, SERVER, &mut d);
+    }
+
+    fn service(&mut self) {
+        self.client.service();
+        self.server.service();
+    }
+
+    /// Pumps and delivers both ways until nothing moves (bounded).
+    fn exchange(&mut self) {
+        for _ in 0..MAX_ROUNDS {
+            self.pump();
+            if self.c2s.is_empty() && self.s2c.is_empty() {
+                return;
+            }
+            while let Some(d) = self.c2s.pop_front() {
+                self.to_server(self.client_seen_as, d);
+            }
+            while let Some(d) = self.s2c.pop_front() {
+                self.to_client(d);
+            }
+            self.service();
+        }
+    }
+
+    /// Moves time to `t` (never backwards) and runs both endpoints' due timers.
+    fn advance_to(&mut self, t: Instant) {
+        self.now = self.now.max(t);
+        self.client.ep.handle_timeout(self.now);
+        self.server.ep.handle_timeout(self.now);
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        [self.client.ep.poll_timeout(), self.server.ep.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn peer(&mut self, side: u8) -> &mut Peer {
+        if side & 1 == 0 {
+            &mut self.client
+        } else {
+            &mut self.server
+        }
+    }
+
+    fn deliver(&mut self, to_client: bool, fate: u8, arg: u16) {
+        let queue = if to_client { &mut self.s2c } else { &mut self.c2s };
+        let Some(mut d) = queue.pop_front() else {
+            return;
+        };
+        let mut from = self.client_seen_as;
+        match fate % 7 {
+            fate::DROP => return,
+            fate::DUPLICATE => {
+                if to_client {
+                    self.to_client(d.clone());
+                } else {
+                    self.to_server(from, d.clone());
+                }
+            }
+            fate::FLIP if !d.is_empty() => {
+                let bit = usize::from(arg) % (8 * d.len());
+                d[bit / 8] ^= 1 << (bit % 8);
+            }
+            fate::TRUNCATE if !d.is_empty() => d.truncate(usize::from(arg) % d.len()),
+            fate::REBIND if !to_client => {
+                self.client_seen_as = if from == CLIENT {
+                    CLIENT_REBOUND
+                } else {
+                    CLIENT
+                };
+                from = self.client_seen_as;
+            }
+            fate::REORDER => {
+                queue.push_back(d);
+                return;
+            }
+            _ => {}
+        }
+        if to_client {
+            self.to_client(d);
+        } else {
+            self.to_server(from, d);
+        }
+    }
+
+    fn step(&mut self, op: u8, input: &mut Input<'_>) {
+        match op % OPS {
+            RAW_TO_SERVER | RAW_TO_CLIENT => {
+                let len = usize::from(input.u16()) % 1501;
+                let d = input.bytes(len).to_vec();
+                if op % OPS == RAW_TO_SERVER {
+                    self.to_server(self.client_seen_as, d);
+                } else {
+                    self.to_client(d);
+                }
+            }
+            OPEN => {
+                let (side, uni) = (input.u8(), input.u8() & 1 == 1);
+                let peer = self.peer(side);
+                let Some(h) = peer.conn else { return };
+                let Some(conn) = peer.ep.connection_mut(h) else {
+                    return;
+                };
+                let dir = if uni { Dir::Uni } else { Dir::Bi };
+                if let Ok(id) = conn.open_flow(dir) {
+                    peer.writable.push(id);
+                    if !uni {
+                        peer.readable.push(id);
+                    }
+                }
+            }
+            WRITE => {
+                let (side, flow, len) = (input.u8(), input.u8(), input.u16());
+                let peer = self.peer(side);
+                let (Some(h), Some(id)) = (peer.conn, Peer::pick(&peer.writable, flow)) else {
+                    return;
+                };
+                let Some(conn) = peer.ep.connection_mut(h) else {
+                    return;
+                };
+                let at = peer.written.entry(id).or_insert(0);
+                let len = usize::from(len) % (MAX_WRITE + 1);
+                let data: Vec<u8> = (0..len as u64).map(|i| pattern(id, *at + i)).collect();
+                if let Ok(n) = conn.write(id, &data) {
+                    assert!(n <= len, "write took {n} of {len} bytes");
+                    *at += n as u64;
+                }
+            }
+            FINISH => {
+                let (side, flow) = (input.u8(), input.u8());
+                let peer = self.peer(side);
+                if let (Some(h), Some(id)) = (peer.conn, Peer::pick(&peer.writable, flow)) {
+                    if let Some(conn) = peer.ep.connection_mut(h) {
+                        let _ = conn.finish(id);
+                    }
+                }
+            }
+            RESET => {
+                let (side, flow, code) = (input.u8(), input.u8(), input.u8());
+                let peer = self.peer(side);
+                if let (Some(h), Some(id)) = (peer.conn, Peer::pick(&peer.writable, flow)) {
+                    if let Some(conn) = peer.ep.connection_mut(h) {
+                        let _ = conn.reset_flow(id, u64::from(code));
+                    }
+                }
+            }
+            STOP => {
+                let (side, flow, code) = (input.u8(), input.u8(), input.u8());
+                let peer = self.peer(side);
+                if let (Some(h), Some(id)) = (peer.conn, Peer::pick(&peer.readable, flow)) {
+                    if let Some(conn) = peer.ep.connection_mut(h) {
+                        match conn.stop_flow(id, u64::from(code)) {
+                            Ok(()) | Err(ReadError::ClosedFlow) => {}
+                            Err(e) => panic!("stop_flow on a readable flow: {e:?}"),
+                        }
+                    }
+                }
+            }
+            PUMP => self.pump(),
+            DELIVER => {
+                let (dir, fate, arg) = (input.u8(), input.u8(), input.u16());
+                self.deliver(dir & 1 == 1, fate, arg);
+            }
+            ADVANCE => {
+                let ms = input.u8();
+                let t = if ms == 0 {
+                    self.next_timer().unwrap_or(self.now)
+                } else {
+                    self.now + Duration::from_millis(4 * u64::from(ms))
+                };
+                self.advance_to(t);
+            }
+            CLOSE => {
+                let (side, code) = (input.u8(), input.u8());
+                let now = self.now;
+                let peer = self.peer(side);
+                if let Some(conn) = peer.conn.and_then(|h| peer.ep.connection_mut(h)) {
+                    conn.close(now, u64::from(code), b"fuzz");
+                }
+            }
+            EXCHANGE => self.exchange(),
+            _ => unreachable!("op % OPS"),
+        }
+    }
+}
+
+/// Sets up an established IK connection over a perfect network.
+fn established() -> Net {
+    let now = epoch();
+    let mut client = Endpoint::new(client_config(), now);
+    let server = Endpoint::new(server_config(), now);
+    let c = client
+        .connect(now, SERVER, Some(server.public_key()))
+        .expect("connect");
+    let mut net = Net {
+        now,
+        client: Peer::new(client, "client"),
+        server: Peer::new(server, "server"),
+        c2s: VecDeque::new(),
+        s2c: VecDeque::new(),
+        client_seen_as: CLIENT,
+    };
+    net.client.conn = Some(c);
+    net.exchange();
+    let s = net.server.ep.accept().expect("the server accepted the client");
+    net.server.conn = Some(s);
+    net.service();
+    for p in [&net.client, &net.server] {
+        let conn = p.ep.connection(p.conn.expect("handle")).expect("connection");
+        assert!(conn.is_established(), "{} not established", p.name);
+    }
+    net
+}
+
+/// The target.
+pub fn run(data: &[u8]) {
+    let mut net = established();
+    let mut input = Input(data);
+    while let Some((&op, rest)) = input.0.split_first() {
+        input.0 = rest;
+        net.step(op, &mut input);
+        net.service();
+    }
+    // Let it play out on a clean network.
+    let mut stuck = 0;
+    for _ in 0..SETTLE_STEPS {
+        net.exchange();
+        let Some(t) = net.next_timer() else { break };
+        stuck = if t <= net.now { stuck + 1 } else { 0 };
+        assert!(stuck < MAX_STUCK, "a timer stays due after handle_timeout");
+        net.advance_to(t);
+        net.service();
+    }
+}
