@@ -239,7 +239,7 @@ struct Net {
     now: Instant,
     client: Peer,
     server: Peer,
-    /// Datagrams in flight, client to server (with the source address) and back.
+    /// Datagrams in flight, client to server and back.
     c2s: VecDeque<Vec<u8>>,
     s2c: VecDeque<Vec<u8>>,
     /// The client's address as the server sees it now (it changes on REBIND).

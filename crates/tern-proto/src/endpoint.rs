@@ -341,12 +341,10 @@ impl Endpoint {
         let mut validated = false;
         if !packet.token.is_empty() {
             let age = now.saturating_duration_since(self.epoch);
-            match self.token_key.open(
-                packet.token,
-                remote,
-                age,
-                self.config.retry_token_lifetime,
-            ) {
+            match self
+                .token_key
+                .open(packet.token, remote, age, self.config.retry_token_lifetime)
+            {
                 Some(odcid) if odcid == packet.dcid => validated = true,
                 // Expired, forged or damaged: treat the Initial as if it had no token.
                 _ => self.stats.invalid_tokens += 1,
@@ -452,7 +450,8 @@ impl Endpoint {
         let age = now.saturating_duration_since(self.epoch);
         let token = self.token_key.seal(nonce, age, remote, &packet.dcid);
         let scid = self.new_cid();
-        let data = handshake::long_packet(wire::LongType::Retry, &packet.scid, &scid, &token, &[], 0);
+        let data =
+            handshake::long_packet(wire::LongType::Retry, &packet.scid, &scid, &token, &[], 0);
         self.stats.retries_sent += 1;
         self.stateless.push_back(Stateless {
             destination: remote,

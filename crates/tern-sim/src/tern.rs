@@ -76,7 +76,13 @@ pub trait App {
     /// Called once at the start and after every event or datagram: issue commands here.
     fn poll(&mut self, now: Instant, endpoint: &mut Endpoint);
     /// An event from a connection.
-    fn on_event(&mut self, now: Instant, endpoint: &mut Endpoint, conn: ConnectionHandle, event: Event);
+    fn on_event(
+        &mut self,
+        now: Instant,
+        endpoint: &mut Endpoint,
+        conn: ConnectionHandle,
+        event: Event,
+    );
     /// Whether the application's work is done.
     fn is_done(&self) -> bool;
     /// When the application next wants `poll` called (e.g. to send at a fixed rate).
@@ -226,8 +232,7 @@ impl App for BulkSender {
         let Some(conn) = ep.connection_mut(handle) else {
             return;
         };
-        if self.flows.len() < self.sizes.len() && (conn.is_established() || self.flows.is_empty())
-        {
+        if self.flows.len() < self.sizes.len() && (conn.is_established() || self.flows.is_empty()) {
             while self.flows.len() < self.sizes.len() {
                 match conn.open_flow(Dir::Uni) {
                     Ok(id) => self.flows.push((id, 0, false)),
@@ -261,11 +266,8 @@ impl App for BulkSender {
         match event {
             Event::Connected => self.connected_at = Some(now),
             Event::FlowFinished(_) => self.finished += 1,
-            Event::Closed(e) => {
-                if !matches!(e, tern_proto::ConnectionError::LocallyClosed { .. }) {
-                    self.error = Some(e)
-                }
-            }
+            Event::Closed(tern_proto::ConnectionError::LocallyClosed { .. }) => {}
+            Event::Closed(e) => self.error = Some(e),
             _ => {}
         }
     }
@@ -388,7 +390,11 @@ impl App for VerifyingReceiver {
     }
 
     fn is_done(&self) -> bool {
-        self.flows.values().filter(|p| p.finished_at.is_some()).count() >= self.expected_flows
+        self.flows
+            .values()
+            .filter(|p| p.finished_at.is_some())
+            .count()
+            >= self.expected_flows
     }
 }
 

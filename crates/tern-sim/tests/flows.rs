@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tern_proto::{ConnectionHandle, Dir, Endpoint, Event, FlowId, PublicKey, ReadError};
+use tern_proto::{ConnectionHandle, Dir, Endpoint, Event, FlowId, PublicKey};
 use tern_sim::tern::{endpoint_config, App, PairHost, TernNode};
 use tern_sim::{LinkConfig, LossModel, Simulation};
 
@@ -30,7 +30,9 @@ impl App for Writer {
         let h = *self
             .conn
             .get_or_insert_with(|| ep.connect(now, self.server, Some(self.key)).unwrap());
-        let Some(conn) = ep.connection_mut(h) else { return };
+        let Some(conn) = ep.connection_mut(h) else {
+            return;
+        };
         if !conn.is_established() {
             return;
         }
@@ -79,18 +81,20 @@ impl App for Reader {
             self.conns.push(h);
         }
         for &h in &self.conns {
-            let Some(conn) = ep.connection_mut(h) else { continue };
+            let Some(conn) = ep.connection_mut(h) else {
+                continue;
+            };
             while let Some(id) = conn.accept_flow(Dir::Uni) {
                 self.bufs.insert(id.index(), Vec::new());
             }
             for index in self.bufs.keys().copied().collect::<Vec<_>>() {
                 let id = FlowId::from_parts(tern_proto::Side::Client, Dir::Uni, index);
                 let mut chunk = [0u8; 4096];
-                loop {
-                    match conn.read(id, &mut chunk) {
-                        Ok(Some(n)) => self.bufs.get_mut(&index).unwrap().extend_from_slice(&chunk[..n]),
-                        Ok(None) | Err(ReadError::Blocked) | Err(_) => break,
-                    }
+                while let Ok(Some(n)) = conn.read(id, &mut chunk) {
+                    self.bufs
+                        .get_mut(&index)
+                        .unwrap()
+                        .extend_from_slice(&chunk[..n]);
                 }
                 let buf = self.bufs.get_mut(&index).unwrap();
                 while buf.len() >= RECORD {
@@ -135,14 +139,40 @@ fn a_loss_on_one_flow_does_not_delay_the_other() {
     let server = Endpoint::new(endpoint_config(seed, true), now);
     let key = server.public_key();
     let client = Endpoint::new(endpoint_config(seed, false), now);
-    let writer = Writer { server: s, key, conn: None, flows: vec![], start: None, sent: 0, epoch: now };
-    sim.add_host(PairHost::Client(TernNode::new(client, c, writer)), &[c.ip()]);
-    sim.add_host(PairHost::Server(TernNode::new(server, s, Reader { epoch: Some(now), ..Reader::default() })), &[s.ip()]);
+    let writer = Writer {
+        server: s,
+        key,
+        conn: None,
+        flows: vec![],
+        start: None,
+        sent: 0,
+        epoch: now,
+    };
+    sim.add_host(
+        PairHost::Client(TernNode::new(client, c, writer)),
+        &[c.ip()],
+    );
+    sim.add_host(
+        PairHost::Server(TernNode::new(
+            server,
+            s,
+            Reader {
+                epoch: Some(now),
+                ..Reader::default()
+            },
+        )),
+        &[s.ip()],
+    );
     let mut lossy = LinkConfig::new(20_000_000, Duration::from_millis(20));
     lossy.loss = LossModel::Random(0.05);
     sim.add_link(c.ip(), s.ip(), lossy);
-    sim.add_link(s.ip(), c.ip(), LinkConfig::new(20_000_000, Duration::from_millis(20)));
-    sim.run_until_done(now + Duration::from_secs(30)).expect("all records delivered");
+    sim.add_link(
+        s.ip(),
+        c.ip(),
+        LinkConfig::new(20_000_000, Duration::from_millis(20)),
+    );
+    sim.run_until_done(now + Duration::from_secs(30))
+        .expect("all records delivered");
     let Some(PairHost::Server(reader)) = sim.owner(s.ip()).map(|h| sim.node(h)) else {
         unreachable!()
     };

@@ -41,8 +41,16 @@ fn random_link(rng: &mut ChaCha8Rng, rate: u64, one_way: Duration) -> LinkConfig
         l.reorder = rng.random_range(0.0..0.2);
         l.reorder_delay = one_way / 4 + Duration::from_millis(1);
     }
-    l.duplicate = if rng.random_bool(0.3) { rng.random_range(0.0..0.1) } else { 0.0 };
-    l.corrupt = if rng.random_bool(0.3) { rng.random_range(0.0..0.05) } else { 0.0 };
+    l.duplicate = if rng.random_bool(0.3) {
+        rng.random_range(0.0..0.1)
+    } else {
+        0.0
+    };
+    l.corrupt = if rng.random_bool(0.3) {
+        rng.random_range(0.0..0.05)
+    } else {
+        0.0
+    };
     l.jitter = Duration::from_micros(rng.random_range(0..2000));
     // Queue between 20 packets and 2 bandwidth-delay products.
     let bdp = (rate as f64 / 8.0 * one_way.as_secs_f64() * 2.0) as usize;
@@ -78,10 +86,24 @@ fn run_seed(seed: u64) {
         let at: u64 = at.parse().expect("milliseconds");
         sim.run_until(start + Duration::from_millis(at));
         eprintln!("{}", sim.summary());
-        eprintln!("endpoints {:?} {:?}", sim.client().endpoint, sim.server().endpoint);
+        eprintln!(
+            "endpoints {:?} {:?}",
+            sim.client().endpoint,
+            sim.server().endpoint
+        );
         if std::env::var("TERN_DUMP_FULL").is_ok() {
-            eprintln!("client {:#?}", sim.client().endpoint.connection(tern_proto::ConnectionHandle(0)));
-            eprintln!("server {:#?}", sim.server().endpoint.connection(tern_proto::ConnectionHandle(0)));
+            eprintln!(
+                "client {:#?}",
+                sim.client()
+                    .endpoint
+                    .connection(tern_proto::ConnectionHandle(0))
+            );
+            eprintln!(
+                "server {:#?}",
+                sim.server()
+                    .endpoint
+                    .connection(tern_proto::ConnectionHandle(0))
+            );
         }
     }
     let result = sim.run_until_done(start + Duration::from_secs(3600));
@@ -100,7 +122,10 @@ fn run_seed(seed: u64) {
         detail(sim.server().endpoint.connection(tern_proto::ConnectionHandle(0))),
     );
     if let Err(e) = result {
-        panic!("did not complete ({e}); client error {:?}\n{context}", sim.client().app.error);
+        panic!(
+            "did not complete ({e}); client error {:?}\n{context}",
+            sim.client().app.error
+        );
     }
     assert_eq!(server.corrupt, None, "{context}");
     assert_eq!(server.total(), total, "{context}");
@@ -127,6 +152,7 @@ fn every_byte_arrives_under_hostile_links() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
+    #[allow(clippy::disallowed_methods)] // wall-clock report only
     let wall = std::time::Instant::now();
     for seed in 0..count {
         let outcome = std::panic::catch_unwind(|| run_seed(seed));

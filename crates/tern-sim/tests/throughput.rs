@@ -73,6 +73,10 @@ fn cubic_fills_a_clean_link() {
 fn cubic_keeps_half_the_link_at_one_percent_loss() {
     for seed in 1..=3 {
         let (u, _) = run(seed, 0.01, cubic);
-        assert!(u >= 0.50, "CUBIC at 1 % loss reached {:.1} % (seed {seed})", 100.0 * u);
+        assert!(
+            u >= 0.50,
+            "CUBIC at 1 % loss reached {:.1} % (seed {seed})",
+            100.0 * u
+        );
     }
 }

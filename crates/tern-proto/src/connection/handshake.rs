@@ -411,10 +411,9 @@ impl Connection {
 
     /// The datagram size both sides accept.
     pub(crate) fn max_datagram_size(&self) -> u16 {
-        let peer = self
-            .peer_params
-            .as_ref()
-            .map_or(1200, |p| p.max_datagram_size.min(u64::from(u16::MAX)) as u16);
+        let peer = self.peer_params.as_ref().map_or(1200, |p| {
+            p.max_datagram_size.min(u64::from(u16::MAX)) as u16
+        });
         self.config.max_datagram_size.min(peer).max(1200)
     }
 

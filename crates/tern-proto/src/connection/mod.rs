@@ -225,10 +225,9 @@ impl Connection {
         s.cwnd = p.cc.window();
         s.bytes_in_flight = p.sent.bytes_in_flight;
         let m = p.cc.metrics();
-        s.pacing_rate = p
-            .cc
-            .pacing_rate(&p.rtt)
-            .unwrap_or_else(|| crate::cc::Pacer::default_rate(p.cc.window(), p.rtt.smoothed()));
+        s.pacing_rate =
+            p.cc.pacing_rate(&p.rtt)
+                .unwrap_or_else(|| crate::cc::Pacer::default_rate(p.cc.window(), p.rtt.smoothed()));
         s.congestion_events = m.congestion_events;
         s.non_congestive_losses = m.non_congestive_losses;
         s

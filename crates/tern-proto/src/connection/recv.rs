@@ -129,12 +129,8 @@ impl Connection {
     ) -> Result<bool, FrameError> {
         let mut ack_eliciting = false;
         for frame in wire::FrameIter::new(payload) {
-            let frame = frame.map_err(|_| {
-                (
-                    TransportErrorCode::FRAME_ENCODING_ERROR,
-                    "malformed frame",
-                )
-            })?;
+            let frame =
+                frame.map_err(|_| (TransportErrorCode::FRAME_ENCODING_ERROR, "malformed frame"))?;
             ack_eliciting |= frame.is_ack_eliciting();
             self.process_frame(now, frame)?;
             if self.is_closed() {
@@ -148,15 +144,26 @@ impl Connection {
         match frame {
             Frame::Padding { .. } | Frame::Ping => {}
             Frame::Ack(ack) => {
-                let (path_id, largest, ack_delay_us) = (ack.path_id, ack.largest(), ack.ack_delay_us);
+                let (path_id, largest, ack_delay_us) =
+                    (ack.path_id, ack.largest(), ack.ack_delay_us);
                 if path_id != 0 {
-                    return Err((TransportErrorCode::PROTOCOL_VIOLATION, "ACK for unknown path"));
+                    return Err((
+                        TransportErrorCode::PROTOCOL_VIOLATION,
+                        "ACK for unknown path",
+                    ));
                 }
                 let exponent_delay = Duration::from_micros(ack_delay_us);
                 let mut out = Outcome::default();
                 let path = &mut self.paths[0];
                 path.sent
-                    .on_ack(now, ack.ranges.iter(), largest, exponent_delay, &mut path.rtt, &mut out)
+                    .on_ack(
+                        now,
+                        ack.ranges.iter(),
+                        largest,
+                        exponent_delay,
+                        &mut path.rtt,
+                        &mut out,
+                    )
                     .map_err(|r| (TransportErrorCode::PROTOCOL_VIOLATION, r))?;
                 path.sent.detect_lost(now, &path.rtt, &mut out);
                 self.on_acked(now, 0, out.acked);
@@ -164,13 +171,14 @@ impl Connection {
             }
             Frame::Nack(nack) => {
                 if nack.path_id != 0 {
-                    return Err((TransportErrorCode::PROTOCOL_VIOLATION, "NACK for unknown path"));
+                    return Err((
+                        TransportErrorCode::PROTOCOL_VIOLATION,
+                        "NACK for unknown path",
+                    ));
                 }
                 self.stats.nacks_received += 1;
                 let mut out = Outcome::default();
-                self.paths[0]
-                    .sent
-                    .on_nack(nack.missing.iter(), &mut out);
+                self.paths[0].sent.on_nack(nack.missing.iter(), &mut out);
                 self.on_lost(now, 0, out.lost);
             }
             Frame::AckRequest => {
@@ -316,7 +324,10 @@ impl Connection {
                 TransportErrorCode::FLOW_CONTROL_ERROR,
                 "flow data beyond credit",
             ),
-            RecvError::FinalSize => (TransportErrorCode::FINAL_SIZE_ERROR, "data beyond final size"),
+            RecvError::FinalSize => (
+                TransportErrorCode::FINAL_SIZE_ERROR,
+                "data beyond final size",
+            ),
         })?;
         let readable = recv.readable() > 0 || recv.final_size == Some(recv.read);
         self.flows.data_received += grown;

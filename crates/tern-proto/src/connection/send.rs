@@ -34,9 +34,7 @@ impl Connection {
         if let Some(size) = self.poll_flight(now, buf) {
             return Some(self.sent_datagram(size));
         }
-        if self.keys.is_none() {
-            return None;
-        }
+        self.keys.as_ref()?;
         match self.state {
             State::Closing { .. } | State::Draining { .. } => {
                 if !self.close_resend {
@@ -330,11 +328,7 @@ impl Connection {
                             fin,
                         });
                     }
-                    let send = self
-                        .flows
-                        .flows
-                        .get_mut(&id)
-                        .and_then(|s| s.send.as_mut());
+                    let send = self.flows.flows.get_mut(&id).and_then(|s| s.send.as_mut());
                     if let Some(send) = send {
                         if send.is_credit_blocked() {
                             send.blocked_pending = true;
@@ -379,8 +373,7 @@ impl Connection {
                 fin,
             } = *f
             {
-                let Some(send) = self.flows.flows.get_mut(&id).and_then(|s| s.send.as_mut())
-                else {
+                let Some(send) = self.flows.flows.get_mut(&id).and_then(|s| s.send.as_mut()) else {
                     continue;
                 };
                 send.ack(offset, u64::from(len), fin);

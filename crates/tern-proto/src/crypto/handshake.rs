@@ -22,7 +22,8 @@ pub(super) fn params(pattern: HandshakePattern) -> snow::params::NoiseParams {
         HandshakePattern::IK => "Noise_IK_25519_AESGCM_SHA256",
         HandshakePattern::XX => "Noise_XX_25519_AESGCM_SHA256",
     };
-    name.parse().expect("the two pattern names are valid Noise names")
+    name.parse()
+        .expect("the two pattern names are valid Noise names")
 }
 
 /// One side of a Noise handshake.
@@ -223,13 +224,9 @@ mod tests {
         let server_key = StaticKeypair::generate([1; 32]);
         let client_key = StaticKeypair::generate([2; 32]);
         let known = server_key.public();
-        let mut client = Handshake::initiator(
-            &client_key,
-            pattern_known.then_some(&known),
-            b"p",
-            [3; 32],
-        )
-        .unwrap();
+        let mut client =
+            Handshake::initiator(&client_key, pattern_known.then_some(&known), b"p", [3; 32])
+                .unwrap();
         let pattern = client.pattern();
         let mut server = Handshake::responder(&server_key, pattern, b"p", [4; 32]).unwrap();
         let (mut m, mut p) = (Vec::new(), Vec::new());
@@ -284,7 +281,10 @@ mod tests {
         server.write(b"world", &mut m).unwrap();
         let mut bad = m.clone();
         bad[40] ^= 4;
-        assert_eq!(client.read(&bad, &mut p), Err(HandshakeError::Authentication));
+        assert_eq!(
+            client.read(&bad, &mut p),
+            Err(HandshakeError::Authentication)
+        );
         p.clear();
         client.read(&m, &mut p).unwrap();
         assert_eq!(p, b"world");
@@ -301,9 +301,6 @@ mod tests {
             Handshake::responder(&server_key, HandshakePattern::IK, b"p", [4; 32]).unwrap();
         let (mut m, mut p) = (Vec::new(), Vec::new());
         client.write(b"x", &mut m).unwrap();
-        assert_eq!(
-            server.read(&m, &mut p),
-            Err(HandshakeError::Authentication)
-        );
+        assert_eq!(server.read(&m, &mut p), Err(HandshakeError::Authentication));
     }
 }

@@ -81,7 +81,10 @@ mod tests {
         assert!(key.open(0, 1, b"h", &mut bad).is_none());
         assert!(key.open(0, 2, b"h", &mut p.clone()).is_none(), "other pn");
         assert!(key.open(1, 1, b"h", &mut p.clone()).is_none(), "other path");
-        assert!(key.open(0, 1, b"H", &mut p.clone()).is_none(), "other header");
+        assert!(
+            key.open(0, 1, b"H", &mut p.clone()).is_none(),
+            "other header"
+        );
         assert_eq!(key.open(0, 1, b"h", &mut p), Some(3));
     }
 }

@@ -274,7 +274,7 @@ impl FlowSet {
             self.local_max[d] += 1;
             // Advertise in batches to save frames.
             let opened = self.remote_opened[d];
-            if self.local_max[d] >= opened + self.local_concurrency[d] / 2 + 1
+            if self.local_max[d] > opened + self.local_concurrency[d] / 2
                 || self.local_concurrency[d] <= 2
             {
                 self.max_flows_pending[d] = true;
@@ -317,8 +317,8 @@ impl FlowSet {
         uni: u64,
     ) {
         self.peer_max_data = self.peer_max_data.max(max_data);
-        for d in 0..2 {
-            self.peer_max[d] = self.peer_max[d].max(max_flows[d]);
+        for (limit, new) in self.peer_max.iter_mut().zip(max_flows) {
+            *limit = (*limit).max(new);
         }
         self.peer_flow_credit_bidi_local = bidi_local;
         self.peer_flow_credit_bidi_remote = bidi_remote;

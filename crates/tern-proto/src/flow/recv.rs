@@ -100,7 +100,8 @@ impl RecvFlow {
         for (s, e) in holes {
             let from = (s - offset) as usize;
             let to = (e - offset) as usize;
-            self.chunks.insert(s, Bytes::copy_from_slice(&data[from..to]));
+            self.chunks
+                .insert(s, Bytes::copy_from_slice(&data[from..to]));
             self.received.insert(s..e);
         }
         Ok(new_highest)

@@ -88,7 +88,9 @@ impl SendFlow {
             return Some((range.start, range.end - range.start, fin));
         }
         let limit = self.written.min(self.max_data);
-        let len = (limit.saturating_sub(self.unsent)).min(max).min(conn_credit);
+        let len = (limit.saturating_sub(self.unsent))
+            .min(max)
+            .min(conn_credit);
         let fin = self.fin && self.fin_pending && self.unsent + len == self.written;
         if len == 0 && !fin {
             return None;
@@ -199,6 +201,10 @@ mod tests {
         assert!(f.next_range(100, u64::MAX).is_none());
         assert!(f.is_credit_blocked());
         f.max_data = 8;
-        assert_eq!(f.next_range(100, 2), Some((4, 2, false)), "connection credit");
+        assert_eq!(
+            f.next_range(100, 2),
+            Some((4, 2, false)),
+            "connection credit"
+        );
     }
 }

@@ -302,7 +302,7 @@ mod tests {
 
     #[test]
     fn packet_threshold_loss() {
-        let now = Instant::now();
+        let now = crate::cc::testing::epoch();
         let mut s = SentPackets::default();
         for _ in 0..5 {
             let pn = s.take_pn();
@@ -311,21 +311,35 @@ mod tests {
         assert_eq!(s.bytes_in_flight, 5000);
         let mut rtt = RttEstimator::new(Duration::from_millis(100));
         let mut out = Outcome::default();
-        s.on_ack(now, [4..=4].into_iter(), 4, Duration::ZERO, &mut rtt, &mut out)
-            .unwrap();
+        s.on_ack(
+            now,
+            [4..=4].into_iter(),
+            4,
+            Duration::ZERO,
+            &mut rtt,
+            &mut out,
+        )
+        .unwrap();
         s.detect_lost(now, &rtt, &mut out);
         let lost: Vec<u64> = out.lost.iter().map(|(pn, _)| *pn).collect();
         assert_eq!(lost, vec![0, 1], "3 packets behind the largest acked");
         assert!(s.loss_time.is_some(), "2 and 3 wait for the time threshold");
         let mut out = Outcome::default();
         assert!(s
-            .on_ack(now, [9..=9].into_iter(), 9, Duration::ZERO, &mut rtt, &mut out)
+            .on_ack(
+                now,
+                [9..=9].into_iter(),
+                9,
+                Duration::ZERO,
+                &mut rtt,
+                &mut out
+            )
             .is_err());
     }
 
     #[test]
     fn gaps_trigger_nack_and_immediate_ack() {
-        let now = Instant::now();
+        let now = crate::cc::testing::epoch();
         let mut a = AckTracker::default();
         a.on_packet(now, 0, true, 2, Duration::from_millis(10));
         assert!(!a.wants_ack(now));

@@ -49,7 +49,9 @@ impl<'a> LongPacket<'a> {
                 token: h.token,
                 payload: &[],
             }),
-            _ => Err(DecodeError::InvalidValue("not an Initial, Handshake or Retry packet")),
+            _ => Err(DecodeError::InvalidValue(
+                "not an Initial, Handshake or Retry packet",
+            )),
         }
     }
 }
@@ -151,7 +153,10 @@ mod tests {
             let Frame::Flow(f) = frame else {
                 panic!("not a flow frame")
             };
-            assert_eq!((f.flow_id, f.offset, f.fin, f.data), (9, offset, fin, &b"abc"[..]));
+            assert_eq!(
+                (f.flow_id, f.offset, f.fin, f.data),
+                (9, offset, fin, &b"abc"[..])
+            );
         }
     }
 }

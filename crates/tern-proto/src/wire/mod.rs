@@ -28,9 +28,6 @@
 //! - [`params`] — [`TransportParams`].
 //! - [`error_code`] — [`TransportErrorCode`], the codes carried by `Close` frames.
 
-
-
-
 use bytes::BufMut;
 
 pub mod ack;
@@ -39,9 +36,9 @@ pub mod error_code;
 pub mod frame;
 pub mod fuzz;
 pub mod header;
+mod long;
 pub mod params;
 pub mod varint;
-mod long;
 pub use long::{encode_flow_header, encode_long_packet, LongPacket};
 
 pub use ack::{
