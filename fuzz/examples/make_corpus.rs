@@ -40,10 +40,10 @@ impl Corpus {
     }
 }
 
-/// The datagrams of a real IK (or XX) handshake: client Initial, server reply, and the
-/// client's short-header datagrams carrying `payload` on a flow.
+/// The datagrams of a real IK (or XX) handshake and a short exchange after it: the client
+/// sends `payload` on a flow, the server echoes it, and timers run until both are quiet.
 fn real_datagrams(ik: bool, payload: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let now = epoch();
+    let mut now = epoch();
     let mut client = Endpoint::new(client_config(), now);
     let mut server = Endpoint::new(server_config(), now);
     let key = ik.then(|| server.public_key());
@@ -53,13 +53,26 @@ fn real_datagrams(ik: bool, payload: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     conn.write(flow, payload).expect("write");
     conn.finish(flow).expect("finish");
     let (mut from_client, mut from_server) = (Vec::new(), Vec::new());
-    for _ in 0..20 {
+    let mut echoed = false;
+    for _ in 0..40 {
         let mut c2s = Vec::new();
         drain_transmits(&mut client, now, |_, d| c2s.push(d.to_vec()));
         let mut s2c = Vec::new();
         drain_transmits(&mut server, now, |_, d| s2c.push(d.to_vec()));
         if c2s.is_empty() && s2c.is_empty() {
-            break;
+            let next = [client.poll_timeout(), server.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            match next {
+                Some(t) if t < epoch() + std::time::Duration::from_secs(1) => {
+                    now = now.max(t);
+                    client.handle_timeout(now);
+                    server.handle_timeout(now);
+                    continue;
+                }
+                _ => break,
+            }
         }
         for d in &c2s {
             server.handle(now, tern_proto_fuzz::CLIENT, &mut d.clone());
@@ -69,6 +82,16 @@ fn real_datagrams(ik: bool, payload: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         }
         from_client.extend(c2s);
         from_server.extend(s2c);
+        if !echoed {
+            if let Some(s) = server.accept() {
+                let conn = server.connection_mut(s).expect("server connection");
+                if let Some(id) = conn.accept_flow(tern_proto::Dir::Bi) {
+                    let _ = conn.write(id, b"echo");
+                    let _ = conn.finish(id);
+                    echoed = true;
+                }
+            }
+        }
     }
     (from_client, from_server)
 }
@@ -285,7 +308,7 @@ fn frames(corpus: &mut Corpus) {
             },
         ),
         ("handshake-done", Frame::HandshakeDone),
-        ("probe", Frame::Probe { seq: 9, index: 3 }),
+        ("probe", Frame::Probe { seq: 9, index: 2 }),
         (
             "rate-echo",
             Frame::RateEcho {
@@ -384,7 +407,7 @@ fn endpoint_recv(corpus: &mut Corpus) {
     corpus.put(t, "multi-ik", &recv::encode(&items));
     let items = [
         recv::Item::Datagram(&xx[0]),
-        recv::Item::Datagram(&xx[0][..1300]),
+        recv::Item::Datagram(&xx[0][..1100]),
         recv::Item::Timer,
         recv::Item::Datagram(&vn),
     ];

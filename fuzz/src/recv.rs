@@ -98,7 +98,7 @@ pub fn run(data: &[u8]) {
     let mut received = 0usize;
     let mut sent = 0usize;
     let mut scratch = Vec::new();
-    let mut out = |server: &mut Endpoint, now| {
+    let out = |server: &mut Endpoint, now| {
         let n = drain_transmits(server, now, |to, _| {
             assert_eq!(to, CLIENT, "sent to an address nothing came from")
         });

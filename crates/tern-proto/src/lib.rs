@@ -17,6 +17,39 @@
 //!   congestion controllers and the pacer.
 //!
 //! What is implemented and what is not is listed in the README's feature table.
+//!
+//! # Example
+//! Two endpoints in one process; the client knows the server's key (Noise IK), so its first
+//! datagram already carries flow data.
+//! ```
+//! use std::time::Instant;
+//! use tern_proto::{Dir, Endpoint, EndpointConfig, StaticKeypair};
+//!
+//! let now = Instant::now();
+//! let server_keys = StaticKeypair::generate([1; 32]); // use OS entropy in real code
+//! let mut server = Endpoint::new(EndpointConfig::new(server_keys, [2; 32]).server(), now);
+//! let client_keys = StaticKeypair::generate([3; 32]);
+//! let mut client = Endpoint::new(EndpointConfig::new(client_keys, [4; 32]), now);
+//!
+//! let server_addr = "127.0.0.1:4433".parse().unwrap();
+//! let conn = client.connect(now, server_addr, Some(server.public_key())).unwrap();
+//! let c = client.connection_mut(conn).unwrap();
+//! let flow = c.open_flow(Dir::Uni).unwrap();
+//! c.write(flow, b"hello").unwrap();
+//!
+//! // Send what poll_transmit writes; feed what arrives to handle().
+//! let mut buf = Vec::new();
+//! while let Some(t) = client.poll_transmit(now, &mut buf) {
+//!     let mut datagram = buf.split_off(buf.len() - t.size);
+//!     server.handle(now, "127.0.0.1:5000".parse().unwrap(), &mut datagram);
+//! }
+//! let accepted = server.accept().unwrap();
+//! let s = server.connection_mut(accepted).unwrap();
+//! let id = s.accept_flow(Dir::Uni).unwrap();
+//! let mut out = [0u8; 16];
+//! assert_eq!(s.read(id, &mut out).unwrap(), Some(5));
+//! assert_eq!(&out[..5], b"hello");
+//! ```
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
