@@ -393,3 +393,44 @@ fn reading_a_reset_flow_reports_the_code() {
     let mut buf = [0u8; 16];
     assert_eq!(conn.read(id, &mut buf), Err(ReadError::Reset(7)));
 }
+
+#[test]
+fn keep_alive_holds_an_idle_connection_open() {
+    let mut client = config(1, false);
+    client.connection.idle_timeout = Duration::from_secs(5);
+    client.connection.keep_alive = Some(Duration::from_secs(1));
+    let mut server = config(2, true);
+    server.connection.idle_timeout = Duration::from_secs(5);
+    let mut pair = Pair::new(client, server);
+    let (c, s) = connect(&mut pair, true);
+    let start = pair.now;
+    while pair.now < start + Duration::from_secs(30) {
+        assert!(pair.advance(), "timers keep running");
+    }
+    assert!(pair.client.connection(c).unwrap().is_established());
+    assert!(pair.server.connection(s).unwrap().is_established());
+}
+
+#[test]
+fn stop_sending_reaches_the_writer() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Bi).unwrap();
+    conn.write(flow, b"first").unwrap();
+    pair.exchange();
+    let conn = pair.server.connection_mut(s).unwrap();
+    let id = conn.accept_flow(Dir::Bi).unwrap();
+    conn.stop_flow(id, 9).unwrap();
+    pair.exchange();
+    let events = Pair::events(&mut pair.client);
+    assert!(
+        events.contains(&(c, Event::FlowStopped { id: flow, code: 9 })),
+        "{events:?}"
+    );
+    let conn = pair.client.connection_mut(c).unwrap();
+    assert_eq!(
+        conn.write(flow, b"more"),
+        Err(tern_proto::WriteError::Stopped(9))
+    );
+}

@@ -477,6 +477,8 @@ pub struct Transfer {
     pub configure: fn(&mut EndpointConfig),
     /// Record the receiver's delivery timeline.
     pub timeline: bool,
+    /// The client closes the connection once every flow is acknowledged.
+    pub close: bool,
 }
 
 /// The client and server addresses of a [`Transfer`].
@@ -495,6 +497,7 @@ impl Transfer {
             ik: true,
             configure: |_| {},
             timeline: false,
+            close: false,
         }
     }
 
@@ -510,11 +513,9 @@ impl Transfer {
         (self.configure)(&mut client_cfg);
         let server_ep = Endpoint::new(server_cfg, now);
         let key = self.ik.then(|| server_ep.public_key());
-        let client = TernNode::new(
-            Endpoint::new(client_cfg, now),
-            c,
-            BulkSender::new(s, key, self.sizes.clone()),
-        );
+        let mut sender = BulkSender::new(s, key, self.sizes.clone());
+        sender.close_when_done = self.close;
+        let client = TernNode::new(Endpoint::new(client_cfg, now), c, sender);
         let mut rx = VerifyingReceiver::new(self.sizes.len());
         rx.record_timeline = self.timeline;
         let server = TernNode::new(server_ep, s, rx);

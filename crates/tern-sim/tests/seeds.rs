@@ -79,6 +79,7 @@ fn run_seed(seed: u64) {
     let mut t = Transfer::new(seed, up, sizes.clone());
     t.downlink = down;
     t.ik = rng.random_bool(0.5);
+    t.close = rng.random_bool(0.5);
     t.configure = configure;
     let mut sim = t.build();
     let start = sim.now();
@@ -133,6 +134,15 @@ fn run_seed(seed: u64) {
         let got = server.flows.get(&(i as u64)).map_or(0, |p| p.received);
         assert_eq!(got, *size, "flow {i}: {context}");
     }
+    if t.close {
+        // Fast close: both ends free the connection (the receiver at the latest by idle
+        // timeout if every Close was lost).
+        let end = sim.now() + Duration::from_secs(150);
+        sim.run_until(end);
+        assert_eq!(sim.client().endpoint.connection_count(), 0, "{context}");
+        assert_eq!(sim.server().endpoint.connection_count(), 0, "{context}");
+    }
+    let server = &sim.server().app;
     assert!(
         server.peak_buffered <= CONN_WINDOW,
         "receive buffers held {} bytes, window {CONN_WINDOW}: {context}",

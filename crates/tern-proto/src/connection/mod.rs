@@ -105,6 +105,8 @@ pub struct Connection {
     pub(crate) flight: Option<handshake::Flight>,
     /// A Close frame must be (re)sent.
     pub(crate) close_resend: bool,
+    /// Closing: when to resend our Close if the peer has not answered.
+    pub(crate) close_resend_at: Option<Instant>,
     /// Server: the Initial payload this connection was built from (see `Endpoint::handle_long`).
     pub(crate) initial_payload: Vec<u8>,
 }
@@ -166,6 +168,7 @@ impl Connection {
             flight: None,
             close_resend: false,
             initial_payload: Vec::new(),
+            close_resend_at: None,
             config,
         }
     }
@@ -531,9 +534,10 @@ impl Connection {
         };
         match &self.state {
             State::Drained => return None,
-            State::Closing { deadline, .. } | State::Draining { deadline } => {
-                return Some(*deadline)
+            State::Closing { deadline, .. } => {
+                return Some(self.close_resend_at.map_or(*deadline, |r| r.min(*deadline)))
             }
+            State::Draining { deadline } => return Some(*deadline),
             State::Handshake(_) => {
                 consider(Some(self.handshake_deadline));
                 consider(self.flight_timer());
@@ -555,7 +559,11 @@ impl Connection {
 
     fn keep_alive_at(&self) -> Option<Instant> {
         let interval = self.config.keep_alive?;
-        let last = self.paths[0].sent.time_of_last_ack_eliciting?;
+        let created = self.handshake_deadline - self.config.handshake_timeout;
+        let last = self.paths[0]
+            .sent
+            .time_of_last_ack_eliciting
+            .unwrap_or(created);
         Some(last + interval)
     }
 
@@ -577,7 +585,21 @@ impl Connection {
     pub fn handle_timeout(&mut self, now: Instant) {
         match self.state {
             State::Drained => return,
-            State::Closing { deadline, .. } | State::Draining { deadline } => {
+            State::Closing { deadline, resends } => {
+                if now >= deadline {
+                    self.state = State::Drained;
+                } else if self.close_resend_at.is_some_and(|t| now >= t) {
+                    // No answer yet: the Close (or the answer) was lost. Say it again.
+                    self.close_resend_at = None;
+                    self.close_resend = true;
+                    self.state = State::Closing {
+                        deadline,
+                        resends: resends + 1,
+                    };
+                }
+                return;
+            }
+            State::Draining { deadline } => {
                 if now >= deadline {
                     self.state = State::Drained;
                 }

@@ -41,6 +41,11 @@ impl Connection {
                     return None;
                 }
                 self.close_resend = false;
+                if let State::Closing { resends, .. } = self.state {
+                    if resends < 3 {
+                        self.close_resend_at = Some(now + self.pto());
+                    }
+                }
                 let size = self.build_packet(now, buf, true)?;
                 debug_assert_eq!(buf.len() - start, size);
                 return Some(self.sent_datagram(size));
