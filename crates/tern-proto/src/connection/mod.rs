@@ -39,6 +39,9 @@ use crate::path::Path;
 use crate::wire::{ConnectionId, TransportErrorCode, TransportParams};
 use crate::Side;
 
+/// Smallest amplification budget worth building a packet for.
+pub(crate) const MIN_PACKET_BUDGET: u64 = 200;
+
 /// Where a connection is in its life.
 #[derive(Debug)]
 pub(crate) enum State {
@@ -548,11 +551,17 @@ impl Connection {
         if self.keys.is_some() {
             let path = &self.paths[0];
             consider(self.loss_timer(path));
-            consider(path.acks.deadline.filter(|_| path.acks.dirty));
-            if self.has_sendable_data() {
-                consider(path.pacing_until);
+            // Timers that only lead to sending are not armed while nothing may be sent (the
+            // anti-amplification limit), or they would fire again and again at once.
+            if path.amplification_budget() >= MIN_PACKET_BUDGET {
+                consider(path.acks.deadline.filter(|_| path.acks.dirty));
+                if self.has_sendable_data() {
+                    consider(path.pacing_until);
+                }
             }
-            consider(self.keep_alive_at());
+            if !self.ping_pending {
+                consider(self.keep_alive_at());
+            }
         }
         t
     }
@@ -576,6 +585,7 @@ impl Connection {
             return None;
         }
         let last = path.sent.time_of_last_ack_eliciting?;
+        let last = path.sent.last_pto.map_or(last, |p| p.max(last));
         let backoff = 1u32 << path.sent.pto_count.min(10);
         let pto = (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff;
         Some(last + pto.min(self.max_probe_interval()))
@@ -645,6 +655,7 @@ impl Connection {
         }
         // Probe timeout: send up to two ack-eliciting packets regardless of the window.
         path.sent.pto_count += 1;
+        path.sent.last_pto = Some(now);
         self.stats.ptos += 1;
         self.probes = 2;
         // Resend what the oldest outstanding packet carried (without declaring it lost),

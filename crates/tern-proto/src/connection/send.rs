@@ -71,7 +71,7 @@ impl Connection {
     fn build_packet(&mut self, now: Instant, buf: &mut Vec<u8>, close_only: bool) -> Option<usize> {
         let mtu = usize::from(self.paths[0].mtu);
         let budget = self.paths[0].amplification_budget();
-        if (budget as usize) < mtu.min(200) {
+        if (budget as usize) < mtu.min(super::MIN_PACKET_BUDGET as usize) {
             return None;
         }
         let mtu = mtu.min(budget as usize);
@@ -93,8 +93,10 @@ impl Connection {
                     path.rtt.smoothed(),
                     path.mtu,
                 ) {
-                    path.pacing_until = Some(at);
-                    data_allowed = false;
+                    if at > now {
+                        path.pacing_until = Some(at);
+                        data_allowed = false;
+                    }
                 }
             }
         }

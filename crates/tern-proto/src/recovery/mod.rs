@@ -60,6 +60,9 @@ pub(crate) struct SentPackets {
     pub(crate) loss_time: Option<Instant>,
     /// Consecutive probe timeouts (exponential backoff).
     pub(crate) pto_count: u32,
+    /// When the last probe timeout fired: the next one counts from here even if no probe
+    /// could be sent (e.g. held back by the anti-amplification limit).
+    pub(crate) last_pto: Option<Instant>,
 }
 
 /// The result of processing acknowledgements or loss reports.
