@@ -60,6 +60,10 @@ pub struct ConnectionConfig {
     pub max_datagram_size: u16,
     /// Largest UDP payload we accept.
     pub max_recv_datagram_size: u16,
+    /// Most datagrams the pacer releases at once. The pacer lets about 2 ms of sending go in
+    /// one burst; this caps it. Drivers whose timers are coarse (1 ms for tokio) need bursts
+    /// to reach high rates on short paths; 64 also matches a full GSO batch.
+    pub max_pacing_burst: u64,
 }
 
 impl Default for ConnectionConfig {
@@ -75,6 +79,7 @@ impl Default for ConnectionConfig {
             ack_frequency: 2,
             max_datagram_size: 1452,
             max_recv_datagram_size: 1500,
+            max_pacing_burst: 64,
         }
     }
 }

@@ -40,7 +40,8 @@ impl Path {
     ) -> Self {
         let info = PathInfo::new(mtu, config.initial_rtt, id);
         let cc = factory.build(now, &info);
-        let pacer = Pacer::new(now, cc.window(), mtu);
+        let pacer = Pacer::new(now, cc.window(), mtu)
+            .with_burst_limits(crate::cc::pacer::DEFAULT_MIN_BURST, config.max_pacing_burst);
         Self {
             id,
             remote,
