@@ -116,6 +116,10 @@ pub struct EndpointConfig {
     pub connection: ConnectionConfig,
     /// Most connections kept at once; further Initials are refused.
     pub max_connections: usize,
+    /// Free a connection as soon as its `Drained` event is polled. Simple drivers and
+    /// simulations want this; a runtime whose application may still hold unread data of a
+    /// closed connection turns it off and calls `Endpoint::release` itself.
+    pub release_drained: bool,
 }
 
 impl std::fmt::Debug for EndpointConfig {
@@ -142,6 +146,7 @@ impl EndpointConfig {
             retry_token_lifetime: Duration::from_secs(10),
             connection: ConnectionConfig::default(),
             max_connections: 100_000,
+            release_drained: true,
         }
     }
 

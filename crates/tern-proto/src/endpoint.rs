@@ -545,13 +545,26 @@ impl Endpoint {
                 continue;
             };
             if let Some(event) = conn.poll_event() {
-                if event == Event::Drained {
+                if event == Event::Drained && self.config.release_drained {
                     self.remove(idx);
                 }
                 return Some((ConnectionHandle(idx), event));
             }
         }
         None
+    }
+
+    /// Frees a drained connection (with `release_drained` off). Does nothing to a
+    /// connection that is not drained yet, so a handle is never freed under live traffic.
+    pub fn release(&mut self, handle: ConnectionHandle) {
+        if self
+            .connections
+            .get(handle.0)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| c.is_drained())
+        {
+            self.remove(handle.0);
+        }
     }
 
     fn remove(&mut self, idx: usize) {

@@ -1,0 +1,389 @@
+//! The endpoint's driver: one tokio task per endpoint owns the socket and runs the protocol
+//! core. Application handles share the core's state behind a mutex, issue commands on it and
+//! wake the driver; the driver sends what the core produces, feeds it what arrives, runs its
+//! timers and wakes the tasks that wait on events.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::IoSliceMut;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+
+use quinn_udp::RecvMeta;
+use tern_proto::{ConnectionError, ConnectionHandle, Event, FlowId};
+use tokio::sync::{mpsc, Notify};
+
+use crate::runtime::{self, Socket, MAX_GSO_BYTES, RECV_BATCH};
+
+/// A callback run by the driver on every connection event (the up-call style, F8). It runs
+/// on the driver task with the endpoint unlocked: it must be quick and must not block.
+pub type Upcall = Arc<dyn Fn(ConnectionId, &Event) + Send + Sync>;
+
+/// Names a connection for the lifetime of its endpoint (handles of the core are reused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionId {
+    pub(crate) handle: ConnectionHandle,
+    pub(crate) generation: u64,
+}
+
+/// What tasks wait for on one connection.
+#[derive(Default)]
+pub(crate) struct ConnState {
+    pub(crate) generation: u64,
+    pub(crate) connected: bool,
+    pub(crate) error: Option<ConnectionError>,
+    pub(crate) drained: bool,
+    /// Application handles alive (`Connection` clones); state is freed when this is zero and
+    /// the connection is drained.
+    pub(crate) handles: usize,
+    pub(crate) read_wakers: HashMap<FlowId, Waker>,
+    pub(crate) write_wakers: HashMap<FlowId, Waker>,
+    pub(crate) finish_wakers: HashMap<FlowId, Waker>,
+    pub(crate) finished: HashSet<FlowId>,
+    pub(crate) stopped: HashMap<FlowId, u64>,
+    pub(crate) waiters: Vec<Waker>,
+    pub(crate) events: Vec<mpsc::UnboundedSender<Event>>,
+}
+
+impl ConnState {
+    fn wake_all(&mut self) {
+        for (_, w) in self.read_wakers.drain() {
+            w.wake();
+        }
+        for (_, w) in self.write_wakers.drain() {
+            w.wake();
+        }
+        for (_, w) in self.finish_wakers.drain() {
+            w.wake();
+        }
+        for w in self.waiters.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// State shared by the driver and the application handles.
+pub(crate) struct Inner {
+    pub(crate) proto: tern_proto::Endpoint,
+    pub(crate) conns: HashMap<ConnectionHandle, ConnState>,
+    next_generation: u64,
+    pub(crate) incoming: VecDeque<ConnectionId>,
+    pub(crate) accept_waiters: Vec<Waker>,
+    pub(crate) upcalls: Vec<Upcall>,
+    /// The driver stopped (socket error or endpoint dropped): why.
+    pub(crate) dead: Option<String>,
+    pub(crate) gso_segments: usize,
+}
+
+impl Inner {
+    pub(crate) fn new(proto: tern_proto::Endpoint, gso_segments: usize) -> Self {
+        Self {
+            proto,
+            conns: HashMap::new(),
+            next_generation: 1,
+            incoming: VecDeque::new(),
+            accept_waiters: Vec::new(),
+            upcalls: Vec::new(),
+            dead: None,
+            gso_segments,
+        }
+    }
+
+    /// Registers a connection the core just created.
+    pub(crate) fn register(&mut self, handle: ConnectionHandle) -> ConnectionId {
+        let generation = self.next_generation;
+        self.next_generation += 1;
+        self.conns.insert(
+            handle,
+            ConnState {
+                generation,
+                ..ConnState::default()
+            },
+        );
+        ConnectionId { handle, generation }
+    }
+
+    /// The state of `id`, if it is still that connection.
+    pub(crate) fn state(&mut self, id: ConnectionId) -> Option<&mut ConnState> {
+        self.conns
+            .get_mut(&id.handle)
+            .filter(|s| s.generation == id.generation)
+    }
+
+    /// The core's connection for `id`, if still alive.
+    pub(crate) fn connection(&mut self, id: ConnectionId) -> Option<&mut tern_proto::Connection> {
+        self.state(id)?;
+        self.proto.connection_mut(id.handle)
+    }
+
+    /// Drops the state of a drained connection nobody holds any more.
+    pub(crate) fn release(&mut self, id: ConnectionId) {
+        if let Some(s) = self.state(id) {
+            s.handles = s.handles.saturating_sub(1);
+            if s.handles == 0 && s.drained {
+                self.conns.remove(&id.handle);
+                self.proto.release(id.handle);
+            }
+        }
+    }
+
+    fn id_of(&self, handle: ConnectionHandle) -> Option<ConnectionId> {
+        self.conns.get(&handle).map(|s| ConnectionId {
+            handle,
+            generation: s.generation,
+        })
+    }
+}
+
+/// The shared half: state plus the driver's wake-up.
+pub(crate) struct Shared {
+    pub(crate) inner: Mutex<Inner>,
+    pub(crate) wake: Notify,
+}
+
+impl Shared {
+    /// Locks the state. A panic while holding the lock is a bug in tern; the state is still
+    /// consistent enough to shut down, so poisoning is ignored.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A batch of datagrams for one destination, all `segment` bytes but the last.
+struct Batch {
+    destination: SocketAddr,
+    data: Vec<u8>,
+    segment: usize,
+    count: usize,
+}
+
+/// Runs the endpoint until every handle is gone and nothing is left to send.
+pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
+    let mut storage = vec![0u8; RECV_BATCH * 64 * 1024];
+    let mut metas = vec![RecvMeta::default(); RECV_BATCH];
+    let mut batches: Vec<Batch> = Vec::new();
+    let mut spare: Vec<Vec<u8>> = Vec::new();
+    let mut events: Vec<(ConnectionHandle, Event)> = Vec::new();
+    loop {
+        // 1. Receive everything that is ready.
+        loop {
+            let mut bufs: Vec<IoSliceMut<'_>> =
+                storage.chunks_mut(64 * 1024).map(IoSliceMut::new).collect();
+            let n = match socket.try_recv(&mut bufs, &mut metas) {
+                Ok(n) => n,
+                Err(e) => {
+                    // ICMP errors and the like surface here; they are not fatal.
+                    tracing::debug!("recv error: {e}");
+                    0
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            let now = runtime::now();
+            let mut inner = shared.lock();
+            for (meta, buf) in metas.iter().zip(bufs.iter_mut()).take(n) {
+                let stride = meta.stride.max(1);
+                for datagram in buf[..meta.len].chunks_mut(stride) {
+                    inner.proto.handle(now, meta.addr, datagram);
+                }
+            }
+        }
+
+        // 2. Timers, transmits and events, under the lock.
+        let timeout = {
+            let now = runtime::now();
+            let mut inner = shared.lock();
+            if inner.proto.poll_timeout().is_some_and(|t| t <= now) {
+                inner.proto.handle_timeout(now);
+            }
+            collect_transmits(&mut inner, now, &mut batches, &mut spare, &socket);
+            while let Some(e) = inner.proto.poll_event() {
+                events.push(e);
+            }
+            let upcalls = dispatch(&mut inner, &events);
+            drop(inner);
+            for (id, event) in upcalls {
+                let inner = shared.lock();
+                let calls = inner.upcalls.clone();
+                drop(inner);
+                for call in calls {
+                    call(id, &event);
+                }
+            }
+            events.clear();
+            let inner = shared.lock();
+            if inner.dead.is_some() {
+                return;
+            }
+            inner.proto.poll_timeout()
+        };
+
+        // 3. Send outside the lock.
+        for batch in batches.drain(..) {
+            let segment = (batch.count > 1).then_some(batch.segment);
+            if let Err(e) = socket.send(batch.destination, &batch.data, segment).await {
+                tracing::debug!(dest = %batch.destination, "send error: {e}");
+            }
+            spare.push(batch.data);
+        }
+        // 4. Wait for a datagram, a timer or a command; a batch just sent may have left more
+        //    to send, so only wait if the core is idle now.
+        let more_now = timeout.is_some_and(|t| t <= runtime::now());
+        if more_now {
+            continue;
+        }
+        let sleep = async {
+            match timeout {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = socket.readable() => {
+                if let Err(e) = r {
+                    shared.lock().dead = Some(format!("socket failed: {e}"));
+                    wake_everyone(&shared);
+                    return;
+                }
+            }
+            _ = sleep => {}
+            _ = shared.wake.notified() => {}
+        }
+        if Arc::strong_count(&shared) == 1 {
+            // Every application handle is gone and no connection is left to serve.
+            let inner = shared.lock();
+            if inner.proto.connection_count() == 0 {
+                return;
+            }
+        }
+    }
+}
+
+/// Polls the core for datagrams and groups consecutive ones to the same destination into
+/// GSO batches of equal-sized segments.
+fn collect_transmits(
+    inner: &mut Inner,
+    now: std::time::Instant,
+    batches: &mut Vec<Batch>,
+    spare: &mut Vec<Vec<u8>>,
+    _socket: &Socket,
+) {
+    let max_segments = inner.gso_segments.max(1);
+    let mut scratch = spare.pop().unwrap_or_default();
+    loop {
+        scratch.clear();
+        let Some(t) = inner.proto.poll_transmit(now, &mut scratch) else {
+            break;
+        };
+        let fits = batches.last().is_some_and(|b| {
+            b.destination == t.destination
+                && b.count < max_segments
+                && t.size <= b.segment
+                && b.data.len() % b.segment == 0
+                && b.data.len() + t.size <= MAX_GSO_BYTES
+        });
+        if fits {
+            if let Some(b) = batches.last_mut() {
+                b.data.extend_from_slice(&scratch[..t.size]);
+                b.count += 1;
+            }
+        } else {
+            let mut data = spare.pop().unwrap_or_default();
+            data.clear();
+            data.extend_from_slice(&scratch[..t.size]);
+            batches.push(Batch {
+                destination: t.destination,
+                data,
+                segment: t.size,
+                count: 1,
+            });
+        }
+    }
+    spare.push(scratch);
+}
+
+/// Wakes the tasks waiting on these events and returns the ones up-calls should see.
+fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(ConnectionId, Event)> {
+    // New incoming connections first, so that their events below find their state.
+    while let Some(handle) = inner.proto.accept() {
+        let id = inner.register(handle);
+        inner.incoming.push_back(id);
+        for w in inner.accept_waiters.drain(..) {
+            w.wake();
+        }
+    }
+    let mut out = Vec::new();
+    for (handle, event) in events {
+        let Some(id) = inner.id_of(*handle) else {
+            continue;
+        };
+        let state = inner.conns.get_mut(handle);
+        let Some(s) = state else { continue };
+        match event {
+            Event::Connected => {
+                s.connected = true;
+                s.wake_all();
+            }
+            Event::FlowOpened { .. } | Event::FlowsAvailable(_) => {
+                for w in s.waiters.drain(..) {
+                    w.wake();
+                }
+            }
+            Event::FlowReadable(f) => {
+                if let Some(w) = s.read_wakers.remove(f) {
+                    w.wake();
+                }
+            }
+            Event::FlowWritable(f) => {
+                if let Some(w) = s.write_wakers.remove(f) {
+                    w.wake();
+                }
+            }
+            Event::FlowFinished(f) => {
+                s.finished.insert(*f);
+                if let Some(w) = s.finish_wakers.remove(f) {
+                    w.wake();
+                }
+            }
+            Event::FlowStopped { id: f, code } => {
+                s.stopped.insert(*f, *code);
+                if let Some(w) = s.write_wakers.remove(f) {
+                    w.wake();
+                }
+                if let Some(w) = s.finish_wakers.remove(f) {
+                    w.wake();
+                }
+            }
+            Event::Closed(e) => {
+                s.error.get_or_insert_with(|| e.clone());
+                s.wake_all();
+            }
+            Event::Drained => {
+                s.drained = true;
+                s.wake_all();
+            }
+            _ => {}
+        }
+        s.events.retain(|tx| tx.send(event.clone()).is_ok());
+        out.push((id, event.clone()));
+        if matches!(event, Event::Drained)
+            && inner.conns.get(handle).is_some_and(|s| s.handles == 0)
+        {
+            inner.conns.remove(handle);
+            inner.proto.release(*handle);
+        }
+    }
+    out
+}
+
+/// Wakes every waiting task (the driver died).
+pub(crate) fn wake_everyone(shared: &Shared) {
+    let mut inner = shared.lock();
+    for s in inner.conns.values_mut() {
+        s.wake_all();
+    }
+    for w in inner.accept_waiters.drain(..) {
+        w.wake();
+    }
+}

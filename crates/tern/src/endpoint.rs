@@ -1,0 +1,205 @@
+//! The endpoint: a UDP socket and the tern connections on it.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+
+use tern_proto::{ConnectionError, EndpointConfig, Event, PublicKey, StaticKeypair};
+
+use crate::connection::Connection;
+use crate::driver::{self, ConnectionId, Inner, Shared};
+use crate::runtime::{self, Socket};
+
+/// Why `connect` failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The connection could not be started (e.g. too many connections).
+    #[error(transparent)]
+    Start(#[from] tern_proto::ConnectError),
+    /// The handshake failed or timed out.
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// The endpoint's socket failed.
+    #[error("endpoint stopped: {0}")]
+    EndpointStopped(String),
+}
+
+/// A tern endpoint bound to a UDP socket: connects to servers and, if configured as a
+/// server, accepts connections. One tokio task drives the socket and every connection.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use tern::{Endpoint, StaticKeypair};
+/// use tokio::io::AsyncReadExt;
+///
+/// let server = Endpoint::server("127.0.0.1:4433".parse()?, StaticKeypair::generate(tern::entropy()))?;
+/// let client = Endpoint::client(StaticKeypair::generate(tern::entropy()))?;
+/// let conn = client.connect(server.local_addr()?, Some(server.public_key())).await?;
+/// let mut flow = conn.open_uni().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Endpoint {
+    shared: Arc<Shared>,
+    local: SocketAddr,
+    public_key: PublicKey,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("local", &self.local)
+            .field("public_key", &self.public_key)
+            .finish()
+    }
+}
+
+/// 32 bytes from the operating system's RNG, for keys and endpoint seeds.
+pub fn entropy() -> [u8; 32] {
+    use rand::TryRngCore;
+    let mut seed = [0u8; 32];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut seed)
+        .expect("the operating system's random number generator is unavailable");
+    seed
+}
+
+impl Endpoint {
+    /// Binds `addr` with a full configuration. Must be called inside a tokio runtime.
+    pub fn bind(addr: SocketAddr, mut config: EndpointConfig) -> io::Result<Self> {
+        let socket = Socket::bind(addr)?;
+        let local = socket.local_addr()?;
+        // Application handles may still hold unread data of a closed connection: the
+        // runtime frees connections itself when the last handle is gone.
+        config.release_drained = false;
+        let public_key = config.keypair.public();
+        let proto = tern_proto::Endpoint::new(config, runtime::now());
+        let gso = socket.max_gso_segments();
+        tracing::debug!(%local, gso, gro = socket.gro_segments(), "endpoint bound");
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner::new(proto, gso)),
+            wake: tokio::sync::Notify::new(),
+        });
+        tokio::spawn(driver::drive(shared.clone(), socket));
+        Ok(Self {
+            shared,
+            local,
+            public_key,
+        })
+    }
+
+    /// A server on `addr` with identity `keypair` and default settings.
+    pub fn server(addr: SocketAddr, keypair: StaticKeypair) -> io::Result<Self> {
+        Self::bind(addr, EndpointConfig::new(keypair, entropy()).server())
+    }
+
+    /// A client on an ephemeral port with identity `keypair` and default settings.
+    pub fn client(keypair: StaticKeypair) -> io::Result<Self> {
+        let any = "0.0.0.0:0".parse().expect("valid address");
+        Self::bind(any, EndpointConfig::new(keypair, entropy()))
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+
+    /// This endpoint's identity.
+    pub fn public_key(&self) -> PublicKey {
+        self.public_key
+    }
+
+    /// Whether UDP GSO batches are used for sending (more than one segment per send).
+    pub fn gso_segments(&self) -> usize {
+        self.shared.lock().gso_segments
+    }
+
+    /// Connects to `addr`. With the server's key the handshake is Noise IK (one round trip);
+    /// without, XX (the server's key is learned: check `Connection::peer_key`). Resolves once
+    /// the handshake completed.
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        server_key: Option<PublicKey>,
+    ) -> Result<Connection, ConnectError> {
+        let id = {
+            let mut inner = self.shared.lock();
+            let handle = inner.proto.connect(runtime::now(), addr, server_key)?;
+            inner.register(handle)
+        };
+        let conn = Connection::new(self.shared.clone(), id);
+        self.shared.wake.notify_one();
+        let shared = &self.shared;
+        poll_fn(|cx| {
+            let mut inner = shared.lock();
+            if let Some(reason) = &inner.dead {
+                return Poll::Ready(Err(ConnectError::EndpointStopped(reason.clone())));
+            }
+            match inner.state(id) {
+                Some(s) if s.connected => Poll::Ready(Ok(())),
+                Some(s) if s.error.is_some() => Poll::Ready(Err(ConnectError::Connection(
+                    s.error
+                        .clone()
+                        .unwrap_or(ConnectionError::HandshakeTimedOut),
+                ))),
+                Some(s) => {
+                    s.waiters.push(cx.waker().clone());
+                    Poll::Pending
+                }
+                None => Poll::Ready(Err(ConnectError::Connection(
+                    ConnectionError::HandshakeTimedOut,
+                ))),
+            }
+        })
+        .await?;
+        Ok(conn)
+    }
+
+    /// Waits for the next incoming connection. `None` if the endpoint stopped.
+    pub async fn accept(&self) -> Option<Connection> {
+        let id = poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            if inner.dead.is_some() {
+                return Poll::Ready(None);
+            }
+            match inner.incoming.pop_front() {
+                Some(id) => Poll::Ready(Some(id)),
+                None => {
+                    inner.accept_waiters.push(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+        .await?;
+        Some(Connection::new(self.shared.clone(), id))
+    }
+
+    /// Registers an up-call: `callback` runs on the endpoint's task for every event of every
+    /// connection (connected, flow readable, closed, security violation, …), the SLTP style
+    /// for servers that react to events rather than await them. It must not block.
+    pub fn on_event(&self, callback: impl Fn(ConnectionId, &Event) + Send + Sync + 'static) {
+        self.shared.lock().upcalls.push(Arc::new(callback));
+    }
+
+    /// Endpoint-level counters (malformed, unroutable, retries, resets, …).
+    pub fn stats(&self) -> tern_proto::EndpointStats {
+        self.shared.lock().proto.stats().clone()
+    }
+
+    /// Stops the endpoint at once, as a crash would: nothing more is sent or received, no
+    /// close is announced, and every waiting task gets an error. Peers find out by idle
+    /// timeout (or by stateless reset if a new endpoint with the same key takes the port).
+    pub fn abort(&self) {
+        self.shared.lock().dead = Some("endpoint aborted".into());
+        self.shared.wake.notify_one();
+        driver::wake_everyone(&self.shared);
+    }
+
+    /// Connections alive on this endpoint.
+    pub fn connection_count(&self) -> usize {
+        self.shared.lock().proto.connection_count()
+    }
+}

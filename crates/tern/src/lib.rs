@@ -1,0 +1,56 @@
+//! # tern
+//!
+//! tern is a transport protocol over UDP for the mobile edge: encrypted (Noise IK/XX) in one
+//! round trip with data in the first packet, many ordered flows without head-of-line blocking,
+//! NACK-driven loss recovery, pluggable congestion control. This crate runs it over real UDP
+//! sockets with tokio; the protocol itself is the sans-I/O `tern-proto`.
+//!
+//! - [`Endpoint`] binds a socket; `connect` and `accept` give [`Connection`]s.
+//! - A connection opens and accepts flows: [`SendFlow`] (`AsyncWrite`) and [`RecvFlow`]
+//!   (`AsyncRead`).
+//! - Events (F8) come two ways: as a stream per connection ([`Connection::events`]) or as
+//!   up-calls on the endpoint ([`Endpoint::on_event`]).
+//!
+//! ```
+//! use tern::{Endpoint, StaticKeypair};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = Endpoint::server("127.0.0.1:0".parse()?, StaticKeypair::generate(tern::entropy()))?;
+//! let client = Endpoint::client(StaticKeypair::generate(tern::entropy()))?;
+//! let addr = server.local_addr()?;
+//! let key = server.public_key();
+//!
+//! tokio::spawn(async move {
+//!     let conn = server.accept().await.unwrap();
+//!     let mut flow = conn.accept_uni().await.unwrap();
+//!     let mut text = String::new();
+//!     flow.read_to_string(&mut text).await.unwrap();
+//!     println!("server got {text:?}");
+//! });
+//!
+//! let conn = client.connect(addr, Some(key)).await?;
+//! let mut flow = conn.open_uni().await?;
+//! flow.write_all(b"hello from the edge").await?;
+//! flow.finish()?;
+//! flow.finished().await?;
+//! conn.close(0, b"done");
+//! conn.closed().await;
+//! # Ok(()) }
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod connection;
+mod driver;
+mod endpoint;
+pub mod keys;
+mod runtime;
+
+pub use connection::{Connection, EventStream, RecvFlow, SendFlow};
+pub use driver::{ConnectionId, Upcall};
+pub use endpoint::{entropy, ConnectError, Endpoint};
+pub use tern_proto::{
+    ConnectionError, ConnectionStats, Dir, EndpointConfig, Event, FlowId, PublicKey, RetryPolicy,
+    StaticKeypair, Violation,
+};

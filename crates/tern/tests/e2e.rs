@@ -1,0 +1,211 @@
+//! End to end over real loopback UDP sockets: handshakes, concurrent flows with random
+//! payloads checked byte for byte, graceful close, a wrong key, a vanished peer, events and
+//! up-calls.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::{Rng, RngCore, SeedableRng};
+use tern::{ConnectionError, Endpoint, EndpointConfig, Event, StaticKeypair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn server() -> Endpoint {
+    Endpoint::server(
+        "127.0.0.1:0".parse().unwrap(),
+        StaticKeypair::generate(tern::entropy()),
+    )
+    .unwrap()
+}
+
+fn client() -> Endpoint {
+    Endpoint::client(StaticKeypair::generate(tern::entropy())).unwrap()
+}
+
+/// Each flow carries a random payload; the server echoes a SHA-like digest back on the same
+/// (two-way) flow: here simply the bytes' sum and length, checked against the sender's.
+async fn concurrent_flows(ik: bool) {
+    let server = server();
+    let client = client();
+    let addr = server.local_addr().unwrap();
+    let key = ik.then(|| server.public_key());
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+            tasks.push(tokio::spawn(async move {
+                let mut data = Vec::new();
+                recv.read_to_end(&mut data).await.unwrap();
+                // Echo everything back.
+                send.write_all(&data).await.unwrap();
+                send.finish().unwrap();
+                send.finished().await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        conn.closed().await
+    });
+    let conn = client.connect(addr, key).await.unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let size = rng.random_range(1..400_000usize) + i;
+        let mut payload = vec![0u8; size];
+        rng.fill_bytes(&mut payload);
+        let (mut send, mut recv) = conn.open_bi().await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let writer = async {
+                send.write_all(&payload).await.unwrap();
+                send.finish().unwrap();
+                payload
+            };
+            let reader = async {
+                let mut back = Vec::new();
+                recv.read_to_end(&mut back).await.unwrap();
+                back
+            };
+            let (sent, back) = tokio::join!(writer, reader);
+            assert_eq!(sent, back, "flow {i} came back different");
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    conn.close(0, b"done");
+    let reason = conn.closed().await;
+    assert_eq!(reason, ConnectionError::LocallyClosed { code: 0 });
+    let server_reason = tokio::time::timeout(Duration::from_secs(5), srv)
+        .await
+        .expect("server saw the close")
+        .unwrap();
+    assert_eq!(
+        server_reason,
+        ConnectionError::ApplicationClosed {
+            code: 0,
+            reason: "done".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn ik_concurrent_flows_and_graceful_close() {
+    concurrent_flows(true).await;
+}
+
+#[tokio::test]
+async fn xx_concurrent_flows_and_graceful_close() {
+    concurrent_flows(false).await;
+}
+
+#[tokio::test]
+async fn xx_reveals_the_server_key() {
+    let server = server();
+    let key = server.public_key();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(async move {
+        if let Some(c) = server.accept().await {
+            c.closed().await;
+        }
+    });
+    let conn = client().connect(addr, None).await.unwrap();
+    assert_eq!(conn.peer_key(), Some(key));
+}
+
+#[tokio::test]
+async fn wrong_server_key_is_rejected_with_a_clear_error() {
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let wrong = StaticKeypair::generate(tern::entropy()).public();
+    let err = tokio::time::timeout(Duration::from_secs(10), client().connect(addr, Some(wrong)))
+        .await
+        .expect("fails fast, not by timeout")
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("wrong server public key"), "{text}");
+    assert_eq!(server.connection_count(), 0);
+}
+
+#[tokio::test]
+async fn a_vanished_peer_is_detected_by_idle_timeout() {
+    let mut cfg = EndpointConfig::new(StaticKeypair::generate(tern::entropy()), tern::entropy());
+    cfg.connection.idle_timeout = Duration::from_secs(1);
+    let client = Endpoint::bind("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    let accepted = tokio::spawn({
+        let server = server.clone();
+        async move { server.accept().await.unwrap() }
+    });
+    let conn = client.connect(addr, Some(key)).await.unwrap();
+    let _server_conn = accepted.await.unwrap();
+    server.abort(); // the server "crashes": no close, no more packets
+    let start = tokio::time::Instant::now();
+    let reason = tokio::time::timeout(Duration::from_secs(5), conn.closed())
+        .await
+        .expect("detected");
+    assert_eq!(reason, ConnectionError::TimedOut);
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn events_stream_and_upcalls_see_the_connection_life() {
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let seen: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let sink = seen.clone();
+    server.on_event(move |_, e| sink.lock().unwrap().push(e.clone()));
+    let srv = tokio::spawn({
+        let server = server.clone();
+        async move {
+            let conn = server.accept().await.unwrap();
+            let mut events = conn.events();
+            let mut flow = conn.accept_uni().await.unwrap();
+            let mut data = Vec::new();
+            flow.read_to_end(&mut data).await.unwrap();
+            let mut closed = None;
+            while let Some(e) = events.next().await {
+                if let Event::Closed(reason) = e {
+                    closed = Some(reason);
+                    break;
+                }
+            }
+            (data, closed)
+        }
+    });
+    let conn = client()
+        .connect(addr, Some(server.public_key()))
+        .await
+        .unwrap();
+    let mut flow = conn.open_uni().await.unwrap();
+    flow.write_all(b"event me").await.unwrap();
+    flow.finish().unwrap();
+    flow.finished().await.unwrap();
+    conn.close(5, b"bye");
+    conn.closed().await;
+    let (data, closed) = tokio::time::timeout(Duration::from_secs(5), srv)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(data, b"event me");
+    assert!(matches!(
+        closed,
+        Some(ConnectionError::ApplicationClosed { code: 5, .. })
+    ));
+    let seen = seen.lock().unwrap();
+    assert!(seen.contains(&Event::Connected), "{seen:?}");
+    assert!(
+        seen.iter().any(|e| matches!(e, Event::FlowReadable(_))),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|e| matches!(e, Event::Closed(_))),
+        "{seen:?}"
+    );
+}
