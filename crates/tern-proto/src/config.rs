@@ -133,10 +133,16 @@ impl std::fmt::Debug for EndpointConfig {
 }
 
 impl EndpointConfig {
-    /// A configuration with `keypair` and secrets derived from `seed` (32 random bytes).
+    /// A configuration with `keypair` and an RNG seeded with `seed` (32 random bytes). The
+    /// stateless-reset secret is derived from the private key, so it survives restarts with
+    /// the same identity (which is what lets peers of a crashed node learn of it at once).
     pub fn new(keypair: StaticKeypair, seed: [u8; 32]) -> Self {
-        let mut reset_secret = seed;
-        reset_secret[0] ^= 0x5a;
+        let tag = ring::hmac::sign(
+            &ring::hmac::Key::new(ring::hmac::HMAC_SHA256, keypair.private_bytes()),
+            b"tern stateless reset secret",
+        );
+        let mut reset_secret = [0u8; 32];
+        reset_secret.copy_from_slice(tag.as_ref());
         Self {
             keypair,
             reset_secret,

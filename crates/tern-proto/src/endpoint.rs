@@ -267,9 +267,11 @@ impl Endpoint {
         if data.len() < wire::STATELESS_RESET_MIN_LEN {
             return false;
         }
-        let tail = &data[data.len() - crate::crypto::RESET_TOKEN_LEN..];
         for conn in self.connections.iter_mut().flatten() {
-            if conn.peer_reset_token.is_some_and(|t| t == tail) && !conn.is_drained() {
+            let matches = conn
+                .peer_reset_token
+                .is_some_and(|t| wire::is_stateless_reset(data, &t));
+            if matches && !conn.is_drained() {
                 conn.enter_drained(crate::error::ConnectionError::Reset);
                 return true;
             }
@@ -281,15 +283,18 @@ impl Endpoint {
     /// is shorter than what triggered it, so two endpoints cannot loop, and never sent in
     /// answer to anything too short to be a real packet.
     fn send_stateless_reset(&mut self, remote: SocketAddr, cid: &ConnectionId, len: usize) {
-        const MIN_TRIGGER: usize = 1 + wire::DEFAULT_CID_LEN + 1 + 1 + 4 + 16 + 1;
+        // Any packet of ours is longer than the shortest reset, so every one gets an answer,
+        // and a reset (one byte shorter than its trigger) can never trigger another forever.
+        const MIN_TRIGGER: usize = wire::STATELESS_RESET_MIN_LEN + 1;
         if len < MIN_TRIGGER || self.stateless.len() > 64 {
             return;
         }
         let size = (len - 1).min(43);
-        let mut data = vec![0u8; size];
-        self.rng.fill_bytes(&mut data[..size - 16]);
-        data[0] = (data[0] & 0x3f) | 0x40;
-        data[size - 16..].copy_from_slice(&self.reset_key.token(cid));
+        let mut unpredictable = [0u8; 43];
+        self.rng.fill_bytes(&mut unpredictable);
+        let mut data = Vec::with_capacity(size);
+        let token = self.reset_key.token(cid);
+        wire::encode_stateless_reset(&unpredictable[..size - 16], &token, &mut data);
         self.stats.resets_sent += 1;
         self.stateless.push_back(Stateless {
             destination: remote,

@@ -357,7 +357,7 @@ impl Connection {
         self.on_acked_frames(&hs.first_flight);
         self.install_keys();
         self.paths[0].validated = true;
-        self.idle_deadline = Some(now + self.idle_timeout);
+        self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
         Ok(())
     }
@@ -386,7 +386,7 @@ impl Connection {
         self.install_keys();
         self.on_address_validated();
         self.handshake_done_pending = true;
-        self.idle_deadline = Some(now + self.idle_timeout);
+        self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
         Ok(())
     }
@@ -427,7 +427,12 @@ impl Connection {
         );
         if params.idle_timeout_ms > 0 {
             let peer = std::time::Duration::from_millis(params.idle_timeout_ms);
-            self.idle_timeout = self.idle_timeout.min(peer);
+            // The shorter of the two wins; zero means "none" on either side.
+            self.idle_timeout = if self.idle_timeout.is_zero() {
+                peer
+            } else {
+                self.idle_timeout.min(peer)
+            };
         }
         self.peer_reset_token = params.stateless_reset_token;
         self.peer_params = Some(params);

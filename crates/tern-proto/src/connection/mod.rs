@@ -160,7 +160,7 @@ impl Connection {
             close: None,
             error: None,
             idle_timeout: config.idle_timeout,
-            idle_deadline: Some(now + config.idle_timeout),
+            idle_deadline: (!config.idle_timeout.is_zero()).then(|| now + config.idle_timeout),
             handshake_deadline: now + config.handshake_timeout,
             ping_pending: false,
             probes: 0,
@@ -492,12 +492,22 @@ impl Connection {
         p.rtt.pto_base() + self.peer_max_ack_delay()
     }
 
+    /// Heard from the peer: the idle timeout starts again (a zero timeout means none).
+    pub(crate) fn restart_idle_timer(&mut self, now: Instant) {
+        if !self.idle_timeout.is_zero() {
+            self.idle_deadline = Some(now + self.idle_timeout);
+        }
+    }
+
     /// Backoff never stretches the probe interval beyond two seconds (or two probe timeouts on
     /// a very slow path) nor a sixth of the idle timeout: an outage is then met by a steady
     /// trickle of two small probes, which finds the path as soon as it is back, instead of
     /// one probe after minutes of silence.
     pub(crate) fn max_probe_interval(&self) -> Duration {
         let floor = Duration::from_secs(2).max(self.paths[0].rtt.pto_base() * 2);
+        if self.idle_timeout.is_zero() {
+            return floor;
+        }
         floor
             .min(self.idle_timeout / 6)
             .max(Duration::from_millis(100))

@@ -27,6 +27,10 @@ impl Connection {
             return;
         };
         let Ok((header, header_len)) = wire::ShortHeader::decode(data, self.local_cid.len()) else {
+            // A stateless reset need not parse as a header: its bytes are random.
+            if self.is_stateless_reset(data) {
+                self.enter_drained(ConnectionError::Reset);
+            }
             return;
         };
         // Version 1 drives one path; packets naming another are dropped.
@@ -63,7 +67,7 @@ impl Connection {
         let path = &mut self.paths[0];
         path.replay.insert(pn);
         // Every authenticated packet keeps the connection alive and proves the address.
-        self.idle_deadline = Some(now + self.idle_timeout);
+        self.restart_idle_timer(now);
         if !self.paths[0].validated || (self.side == Side::Server && !self.confirmed) {
             self.on_address_validated();
         }
@@ -117,7 +121,7 @@ impl Connection {
         let Some(token) = self.peer_reset_token else {
             return false;
         };
-        data.len() >= wire::STATELESS_RESET_MIN_LEN && data[data.len() - 16..] == token
+        wire::is_stateless_reset(data, &token)
     }
 
     /// Processes the frames of one packet; returns whether it was ack-eliciting.
@@ -196,6 +200,12 @@ impl Connection {
                     if recv.final_size.is_some_and(|s| s != final_size) || recv.highest > final_size
                     {
                         return Err((TransportErrorCode::FINAL_SIZE_ERROR, "reset size"));
+                    }
+                    if final_size > recv.max_data {
+                        return Err((
+                            TransportErrorCode::FLOW_CONTROL_ERROR,
+                            "reset beyond flow credit",
+                        ));
                     }
                     if recv.reset.is_none() {
                         let grown = final_size.saturating_sub(recv.highest);

@@ -356,6 +356,8 @@ impl Connection {
         if acked.is_empty() {
             return;
         }
+        // The path answers: probes still owed from a timeout are no longer needed.
+        self.probes = 0;
         for (_, p) in &acked {
             let path = &mut self.paths[path_id];
             if p.in_flight {

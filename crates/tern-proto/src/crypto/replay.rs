@@ -1,4 +1,4 @@
-//! Sliding replay window (docs/PROTOCOL.md §6.3; SLTP's SYNC_NO done properly, as in IPsec).
+//! Sliding replay window (docs/PROTOCOL.md §6.6; SLTP's SYNC_NO done properly, as in IPsec).
 //!
 //! Each path keeps one. A packet number is accepted once; numbers older than the window are
 //! rejected, since the receiver cannot tell whether it saw them.

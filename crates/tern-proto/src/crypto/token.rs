@@ -1,5 +1,5 @@
 //! Server-private tokens: retry tokens that prove a client's address without server state
-//! (docs/PROTOCOL.md §7.4), and stateless-reset tokens (§14.3).
+//! (docs/PROTOCOL.md §7.5), and stateless-reset tokens (§14.3).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
