@@ -1,0 +1,198 @@
+//! `tern`: send and receive files, measure round trips and throughput, manage keys, and run a
+//! loopback demo, over the tern transport.
+
+mod echo;
+mod perf;
+mod transfer;
+mod util;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// tern: an encrypted, multi-flow transport over UDP for the mobile edge.
+///
+/// Servers print their public key; give it to clients with --server-key for a one-round-trip
+/// handshake (Noise IK). Without it, clients use Noise XX and print the key they learned.
+#[derive(Parser)]
+#[command(name = "tern", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Log level for diagnostics on stderr (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "warn")]
+    log: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a server and a client on loopback: a verified file transfer and round trips
+    /// (the default when no command is given).
+    Demo,
+    /// Write a new key pair: NAME.key (private, mode 0600) and NAME.pub.
+    Keygen {
+        /// Base name of the two files.
+        #[arg(default_value = "tern")]
+        name: PathBuf,
+    },
+    /// Receive files into a directory (a server).
+    Recv {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// Where received files are written.
+        #[arg(long, short, default_value = ".")]
+        dir: PathBuf,
+        /// Exit after receiving one file.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Send a file to a `tern recv` server, verified end to end with SHA-256; an interrupted
+    /// transfer resumes when the same command is run again.
+    Send {
+        /// The file to send.
+        file: PathBuf,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Round trips of N-byte messages over one connection (min / median / p99).
+    Echo {
+        /// Run the echo server instead of the client.
+        #[arg(long)]
+        server: bool,
+        #[command(flatten)]
+        server_args: ServerArgs,
+        /// Server address (client mode).
+        addr: Option<SocketAddr>,
+        /// The server's public key (client mode; IK). Without it: XX.
+        #[arg(long)]
+        server_key: Option<String>,
+        /// Message sizes in bytes, comma-separated (e.g. 64,4096,65536,1048576).
+        #[arg(long, value_delimiter = ',', default_value = "64")]
+        size: Vec<usize>,
+        /// Round trips per size.
+        #[arg(long, default_value_t = 100)]
+        count: usize,
+        /// Also measure kernel TCP (TCP_NODELAY) on loopback in the same run: starts both a
+        /// tern and a TCP echo server in this process (no address needed).
+        #[arg(long)]
+        compare_tcp: bool,
+    },
+    /// Bulk throughput of one connection: goodput, CPU time and retransmissions.
+    Perf {
+        /// Run the perf server instead of the client.
+        #[arg(long)]
+        server: bool,
+        #[command(flatten)]
+        server_args: ServerArgs,
+        /// Server address (client mode).
+        addr: Option<SocketAddr>,
+        /// The server's public key (client mode; IK). Without it: XX.
+        #[arg(long)]
+        server_key: Option<String>,
+        /// Bytes to send (accepts suffixes: 100M, 1G).
+        #[arg(long, default_value = "1G", value_parser = util::parse_size)]
+        bytes: u64,
+        /// Send for this many seconds instead of a byte count.
+        #[arg(long)]
+        time: Option<f64>,
+        /// Run server and client in this process on loopback, and kernel TCP (plain and,
+        /// with the same payload, as a baseline) in the same run.
+        #[arg(long)]
+        compare_tcp: bool,
+    },
+}
+
+/// Options of the serving commands.
+#[derive(Args, Clone)]
+struct ServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0:4433")]
+    listen: SocketAddr,
+    /// Private key file (from `tern keygen`); without it a new key is made for this run.
+    #[arg(long)]
+    key: Option<PathBuf>,
+}
+
+/// Options of the connecting commands.
+#[derive(Args, Clone)]
+struct ClientArgs {
+    /// Server address, HOST:PORT.
+    addr: String,
+    /// The server's public key (base64 or hex): Noise IK, data in the first packet.
+    /// Without it: Noise XX, and the key the server presented is printed.
+    #[arg(long)]
+    server_key: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    util::init_logging(&cli.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Demo) {
+            Command::Demo => transfer::demo().await,
+            Command::Keygen { name } => util::keygen(&name),
+            Command::Recv { server, dir, once } => transfer::recv(&server, &dir, once).await,
+            Command::Send { file, client } => transfer::send(&file, &client).await,
+            Command::Echo {
+                server,
+                server_args,
+                addr,
+                server_key,
+                size,
+                count,
+                compare_tcp,
+            } => {
+                if server {
+                    echo::serve(&server_args).await
+                } else if compare_tcp {
+                    echo::compare_local(&size, count).await
+                } else {
+                    let addr = addr.ok_or_else(|| {
+                        anyhow::anyhow!("give the server address (HOST:PORT), or --server")
+                    })?;
+                    echo::client(addr, server_key.as_deref(), &size, count).await
+                }
+            }
+            Command::Perf {
+                server,
+                server_args,
+                addr,
+                server_key,
+                bytes,
+                time,
+                compare_tcp,
+            } => {
+                if server {
+                    perf::serve(&server_args).await
+                } else if compare_tcp {
+                    perf::compare_local(bytes, time).await
+                } else {
+                    let addr = addr.ok_or_else(|| {
+                        anyhow::anyhow!("give the server address (HOST:PORT), or --server")
+                    })?;
+                    perf::client(addr, server_key.as_deref(), bytes, time).await
+                }
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
