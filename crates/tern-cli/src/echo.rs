@@ -35,7 +35,11 @@ async fn serve_on(ep: tern::Endpoint) {
     }
 }
 
-async fn tern_round_trips(conn: &tern::Connection, size: usize, count: usize) -> Result<Vec<Duration>> {
+async fn tern_round_trips(
+    conn: &tern::Connection,
+    size: usize,
+    count: usize,
+) -> Result<Vec<Duration>> {
     let msg = vec![0x5au8; size];
     let mut back = Vec::with_capacity(size);
     let mut rtts = Vec::with_capacity(count);
@@ -71,7 +75,12 @@ fn print_row(proto: &str, size: usize, rtts: &mut [Duration]) {
 }
 
 /// Echo client against a remote `tern echo --server`.
-pub(crate) async fn client(addr: SocketAddr, key: Option<&str>, sizes: &[usize], count: usize) -> Result<()> {
+pub(crate) async fn client(
+    addr: SocketAddr,
+    key: Option<&str>,
+    sizes: &[usize],
+    count: usize,
+) -> Result<()> {
     let (_ep, conn) = util::connect(addr, key).await?;
     for &size in sizes {
         let mut rtts = tern_round_trips(&conn, size, count).await?;

@@ -30,7 +30,11 @@ async fn serve_on(ep: tern::Endpoint, verbose: bool) {
                 }
                 if verbose {
                     let took = start.elapsed();
-                    eprintln!("received {total} bytes in {:.2} s, {}", took.as_secs_f64(), util::rate(total, took));
+                    eprintln!(
+                        "received {total} bytes in {:.2} s, {}",
+                        took.as_secs_f64(),
+                        util::rate(total, took)
+                    );
                 }
             }
         });
@@ -74,7 +78,12 @@ fn report(label: &str, bytes: u64, took: Duration, cpu: Duration, extra: &str) {
 }
 
 /// Perf client against a remote `tern perf --server`.
-pub(crate) async fn client(addr: SocketAddr, key: Option<&str>, bytes: u64, time: Option<f64>) -> Result<()> {
+pub(crate) async fn client(
+    addr: SocketAddr,
+    key: Option<&str>,
+    bytes: u64,
+    time: Option<f64>,
+) -> Result<()> {
     let (ep, conn) = util::connect(addr, key).await?;
     let cpu = util::cpu_time();
     let (sent, took) = push(&conn, bytes, time).await?;
@@ -168,6 +177,12 @@ pub(crate) async fn compare_local(bytes: u64, time: Option<f64>) -> Result<()> {
     let took = start.elapsed();
     let cpu = util::cpu_time() - cpu;
     let received = sink.await??;
-    report("kernel TCP", received, took, cpu, "  (plain, no encryption)");
+    report(
+        "kernel TCP",
+        received,
+        took,
+        cpu,
+        "  (plain, no encryption)",
+    );
     Ok(())
 }

@@ -40,6 +40,10 @@ fn progress(total: u64, quiet: bool) -> ProgressBar {
 
 /// Sends `path` to `args.addr`.
 pub(crate) async fn send(path: &Path, args: &ClientArgs) -> Result<()> {
+    // Check everything local before touching the network.
+    fs::File::open(path)
+        .await
+        .with_context(|| format!("cannot open {}", path.display()))?;
     let addr = util::resolve(&args.addr)?;
     let (_ep, conn) = util::connect(addr, args.server_key.as_deref()).await?;
     let report = send_over(&conn, path, false).await;
@@ -57,7 +61,11 @@ pub(crate) async fn send(path: &Path, args: &ClientArgs) -> Result<()> {
 }
 
 /// Sends one file on a new flow of `conn`; returns (bytes sent, time).
-pub(crate) async fn send_over(conn: &tern::Connection, path: &Path, quiet: bool) -> Result<(u64, Duration)> {
+pub(crate) async fn send_over(
+    conn: &tern::Connection,
+    path: &Path,
+    quiet: bool,
+) -> Result<(u64, Duration)> {
     let mut file = fs::File::open(path)
         .await
         .with_context(|| format!("cannot open {}", path.display()))?;
@@ -86,7 +94,9 @@ pub(crate) async fn send_over(conn: &tern::Connection, path: &Path, quiet: bool)
     let mut buf = vec![0u8; CHUNK];
     let mut hashed = 0;
     while hashed < offset {
-        let n = file.read(&mut buf[..CHUNK.min((offset - hashed) as usize)]).await?;
+        let n = file
+            .read(&mut buf[..CHUNK.min((offset - hashed) as usize)])
+            .await?;
         if n == 0 {
             bail!("{} shrank while being sent", path.display());
         }
@@ -120,8 +130,10 @@ pub(crate) async fn send_over(conn: &tern::Connection, path: &Path, quiet: bool)
     if let Err(e) = result {
         bar.abandon();
         // The receiver may have said why (disk full, …).
-        if let Ok(Ok(msg)) = tokio::time::timeout(Duration::from_secs(2), read_status(&mut rx)).await {
-            bail!("{msg}");
+        if let Ok(Ok((false, msg))) =
+            tokio::time::timeout(Duration::from_secs(2), read_status(&mut rx)).await
+        {
+            bail!("the receiver failed: {msg}");
         }
         bail!(
             "transfer interrupted after {sent} of {size} bytes ({e}); run the same command again to resume"
@@ -131,19 +143,17 @@ pub(crate) async fn send_over(conn: &tern::Connection, path: &Path, quiet: bool)
         anyhow!("no confirmation from the receiver ({e}); run the same command again to resume")
     });
     bar.finish_and_clear();
-    status?;
+    if let (false, msg) = status? {
+        bail!("the receiver failed: {msg}");
+    }
     Ok((size - offset, start.elapsed()))
 }
 
-/// Reads the receiver's final status; Ok if it verified the file.
-async fn read_status(rx: &mut tern::RecvFlow) -> Result<String> {
+/// Reads the receiver's final status: (verified, message).
+async fn read_status(rx: &mut tern::RecvFlow) -> Result<(bool, String)> {
     let status = rx.read_u8().await?;
     let msg = read_message(rx).await?;
-    if status == 0 {
-        Ok(msg)
-    } else {
-        Err(anyhow!("the receiver failed: {msg}"))
-    }
+    Ok((status == 0, msg))
 }
 
 async fn read_message(rx: &mut tern::RecvFlow) -> Result<String> {
@@ -172,15 +182,24 @@ pub(crate) async fn recv(args: &ServerArgs, dir: &Path, once: bool) -> Result<()
         let dir = dir.to_path_buf();
         let handle = tokio::spawn(async move {
             while let Ok((tx, rx)) = conn.accept_bi().await {
-                match receive_file(tx, rx, &dir, false).await {
-                    Ok((path, bytes)) => eprintln!("received {} ({bytes} bytes, SHA-256 verified)", path.display()),
+                let result = receive_file(tx, rx, &dir, false).await;
+                match &result {
+                    Ok((path, bytes)) => eprintln!(
+                        "received {} ({bytes} bytes, SHA-256 verified)",
+                        path.display()
+                    ),
                     Err(e) => eprintln!("transfer failed: {e:#}"),
                 }
+                if once {
+                    conn.close(0, b"done");
+                    let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
+                    return result.map(|_| ());
+                }
             }
+            Ok(())
         });
         if once {
-            handle.await?;
-            return Ok(());
+            return handle.await?;
         }
     }
     Ok(())
@@ -204,7 +223,10 @@ pub(crate) async fn receive_file(
     let size = rx.read_u64().await?;
     let name = String::from_utf8_lossy(&name).into_owned();
     // Only a bare name is accepted: no directories, no way out of `dir`.
-    let bare = Path::new(&name).file_name().map(|n| n == name.as_str()).unwrap_or(false);
+    let bare = Path::new(&name)
+        .file_name()
+        .map(|n| n == name.as_str())
+        .unwrap_or(false);
     if !bare || name.starts_with('.') {
         tx.write_u64(u64::MAX).await?;
         write_status(&mut tx, false, "file name must be a bare name").await?;
@@ -212,7 +234,11 @@ pub(crate) async fn receive_file(
     }
     let final_path = dir.join(&name);
     let part = dir.join(format!("{name}.part"));
-    let have = fs::metadata(&part).await.map(|m| m.len()).unwrap_or(0).min(size);
+    let have = fs::metadata(&part)
+        .await
+        .map(|m| m.len())
+        .unwrap_or(0)
+        .min(size);
     let mut out = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -230,7 +256,9 @@ pub(crate) async fn receive_file(
             let want = CHUNK.min((size - got) as usize);
             let n = rx.read(&mut buf[..want]).await?;
             if n == 0 {
-                bail!("the sender stopped after {got} of {size} bytes; the part is kept for resuming");
+                bail!(
+                    "the sender stopped after {got} of {size} bytes; the part is kept for resuming"
+                );
             }
             out.write_all(&buf[..n])
                 .await
@@ -246,7 +274,13 @@ pub(crate) async fn receive_file(
     bar.finish_and_clear();
     if let Err(e) = result {
         let _ = rx.stop(1);
-        let _ = write_status(&mut tx, false, &format!("{e:#}")).await;
+        // Tell the sender why, and wait until it has heard (or give up after a while).
+        if write_status(&mut tx, false, &format!("{e:#}"))
+            .await
+            .is_ok()
+        {
+            let _ = tokio::time::timeout(Duration::from_secs(5), tx.finished()).await;
+        }
         return Err(e);
     }
     let mut expected = [0u8; 32];
@@ -255,7 +289,13 @@ pub(crate) async fn receive_file(
     let digest = hash_file(&part).await?;
     if digest.as_ref() != expected {
         let _ = fs::remove_file(&part).await;
-        write_status(&mut tx, false, "SHA-256 mismatch: the file was corrupted; send it again").await?;
+        write_status(
+            &mut tx,
+            false,
+            "SHA-256 mismatch: the file was corrupted; send it again",
+        )
+        .await?;
+        let _ = tokio::time::timeout(Duration::from_secs(5), tx.finished()).await;
         bail!("SHA-256 mismatch for {name}");
     }
     fs::rename(&part, &final_path).await?;
@@ -314,7 +354,10 @@ async fn demo_in(dir: &Path) -> Result<()> {
     let srv = tokio::spawn({
         let server = server.clone();
         async move {
-            let conn = server.accept().await.ok_or_else(|| anyhow!("no connection"))?;
+            let conn = server
+                .accept()
+                .await
+                .ok_or_else(|| anyhow!("no connection"))?;
             let (tx, rx) = conn.accept_bi().await?;
             let got = receive_file(tx, rx, &inbox, true).await?;
             // Then echo round trips.

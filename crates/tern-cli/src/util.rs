@@ -22,7 +22,11 @@ pub(crate) fn keygen(name: &Path) -> Result<()> {
     let pair = StaticKeypair::generate(tern::entropy());
     let (private, public) = tern::keys::write_keypair(name, &pair)?;
     println!("private key: {}", private.display());
-    println!("public key:  {} ({})", public.display(), tern::keys::encode_public(&pair.public()));
+    println!(
+        "public key:  {} ({})",
+        public.display(),
+        tern::keys::encode_public(&pair.public())
+    );
     Ok(())
 }
 
@@ -60,11 +64,18 @@ pub(crate) fn parse_key(text: Option<&str>) -> Result<Option<PublicKey>> {
 }
 
 /// Connects, and for XX prints the key the server presented so it can be pinned next time.
-pub(crate) async fn connect(addr: SocketAddr, key: Option<&str>) -> Result<(Endpoint, tern::Connection)> {
+pub(crate) async fn connect(
+    addr: SocketAddr,
+    key: Option<&str>,
+) -> Result<(Endpoint, tern::Connection)> {
     let key = parse_key(key)?;
-    let bind: SocketAddr = if addr.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }
-        .parse()
-        .expect("valid address");
+    let bind: SocketAddr = if addr.is_ipv6() {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    }
+    .parse()
+    .expect("valid address");
     let ep = Endpoint::bind(
         bind,
         tern::EndpointConfig::new(StaticKeypair::generate(tern::entropy()), tern::entropy()),
@@ -106,7 +117,12 @@ pub(crate) fn cpu_time() -> Duration {
         .rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     // Fields after the command name: utime is the 12th, stime the 13th (0-based 11, 12).
     let hz = clock_ticks();
     Duration::from_secs_f64((ticks(11) + ticks(12)) as f64 / hz)

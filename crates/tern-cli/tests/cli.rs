@@ -1,0 +1,232 @@
+//! The `tern` command end to end: a 200 MB file over loopback with the same SHA-256 on both
+//! sides, and a clear message with a non-zero exit for every kind of failure.
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn tern() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tern"))
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("tern-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed when the test ends, pass or fail.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn sha256(path: &Path) -> Vec<u8> {
+    let data = std::fs::read(path).unwrap();
+    ring::digest::digest(&ring::digest::SHA256, &data)
+        .as_ref()
+        .to_vec()
+}
+
+fn keygen(dir: &Path) -> (PathBuf, String) {
+    let out = tern()
+        .arg("keygen")
+        .arg(dir.join("server"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let public = std::fs::read_to_string(dir.join("server.pub")).unwrap();
+    (dir.join("server.key"), public.trim().to_string())
+}
+
+fn start_recv(key: &Path, port: u16, into: &Path) -> Server {
+    let child = tern()
+        .args(["recv", "--once", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--key")
+        .arg(key)
+        .arg("--dir")
+        .arg(into)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    Server(child)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_200_mb_file_arrives_with_the_same_hash() {
+    let dir = TempDir::new("big");
+    let (key, public) = keygen(&dir.0);
+    let file = dir.0.join("big.bin");
+    let mut data = vec![0u8; 200 << 20];
+    let mut x: u64 = 0x1234_5678_9abc_def1;
+    for chunk in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    std::fs::write(&file, &data).unwrap();
+    drop(data);
+    let inbox = dir.0.join("in");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let port = free_port();
+    let mut server = start_recv(&key, port, &inbox);
+    let out = tern()
+        .arg("send")
+        .arg(&file)
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--server-key", &public])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "send failed: {}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verified"));
+    let status = server.0.wait().unwrap();
+    assert!(status.success(), "recv --once exited with {status}");
+    assert_eq!(sha256(&file), sha256(&inbox.join("big.bin")));
+}
+
+#[test]
+fn failures_exit_non_zero_with_a_clear_message() {
+    let dir = TempDir::new("errors");
+    let (key, public) = keygen(&dir.0);
+    let file = dir.0.join("small.bin");
+    std::fs::write(&file, b"hello").unwrap();
+
+    // A bad address.
+    let out = tern()
+        .arg("send")
+        .arg(&file)
+        .arg("not-an-address")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("bad address"), "{}", stderr(&out));
+
+    // A missing file.
+    let out = tern()
+        .args(["send", "/nonexistent/file", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cannot open"), "{}", stderr(&out));
+
+    // A bad key on the command line.
+    let out = tern()
+        .arg("send")
+        .arg(&file)
+        .args(["127.0.0.1:9", "--server-key", "xyz"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("bad --server-key"),
+        "{}",
+        stderr(&out)
+    );
+
+    // The wrong server key.
+    let port = free_port();
+    let _server = start_recv(&key, port, &dir.0);
+    let other = tern::keys::encode_public(&tern::StaticKeypair::generate([9; 32]).public());
+    let out = tern()
+        .arg("send")
+        .arg(&file)
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--server-key", &other])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("wrong server public key"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = public;
+}
+
+#[test]
+fn no_server_means_a_handshake_timeout_message() {
+    let dir = TempDir::new("gone");
+    let file = dir.0.join("f.bin");
+    std::fs::write(&file, b"x").unwrap();
+    let out = tern()
+        .arg("send")
+        .arg(&file)
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.contains("handshake timed out"), "{err}");
+}
+
+/// Disk full, on a 1 MiB tmpfs (needs root; skipped otherwise).
+#[test]
+fn a_full_disk_is_reported_to_the_sender() {
+    let dir = TempDir::new("full");
+    let mnt = dir.0.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs (not root?)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let (key, public) = keygen(&dir.0);
+    let file = dir.0.join("big.bin");
+    std::fs::write(&file, vec![1u8; 5 << 20]).unwrap();
+    let port = free_port();
+    let _server = start_recv(&key, port, &mnt);
+    let out = tern()
+        .arg("send")
+        .arg(&file)
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--server-key", &public])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(err.to_lowercase().contains("no space"), "{err}");
+}
