@@ -1,0 +1,465 @@
+//! The rate stage of one link direction: a FIFO drop-tail queue drained either at a constant
+//! rate or by the delivery opportunities of a mahimahi trace.
+//!
+//! This replaces the rate stage of [`tern_sim::Link`] (which has no trace mode and no
+//! packet-count limit); everything after the queue (loss, duplication, corruption, delay,
+//! jitter, reordering) is the simulator's own link model, so the emulator and the simulator
+//! share one model. Like that model, the shaper is a pure element: it never reads a clock, and
+//! computes each packet's departure time when the packet is offered (a FIFO's departures are
+//! fixed by what entered before), so it is tested here in virtual time.
+//!
+//! Trace replay follows mahimahi's `LinkQueue`: at each opportunity up to 1500 bytes leave;
+//! a packet larger than what is left of an opportunity is sent partly and finishes at a later
+//! one; bytes of an opportunity that nothing in the queue can use are lost; an opportunity at
+//! exactly the instant a packet arrives is not usable by it; the trace loops with its last
+//! timestamp as the period, starting at the shaper's epoch.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::trace::{Trace, OPPORTUNITY_BYTES};
+use crate::units::QueueSpec;
+
+/// How fast the queue drains.
+#[derive(Clone, Debug, Default)]
+pub enum RateModel {
+    /// Infinitely fast: no queue ever forms.
+    #[default]
+    Unlimited,
+    /// A constant rate in bit/s (IP packet bytes, headers included).
+    Constant(u64),
+    /// Delivery opportunities from a mahimahi trace.
+    Trace(Arc<Trace>),
+}
+
+impl RateModel {
+    /// The rate, or the trace's mean rate, in bit/s; `None` if unlimited.
+    pub fn mean_bps(&self) -> Option<f64> {
+        match self {
+            RateModel::Unlimited => None,
+            RateModel::Constant(bps) => Some(*bps as f64),
+            RateModel::Trace(t) => Some(t.mean_rate_bps()),
+        }
+    }
+}
+
+/// A resolved drop-tail limit: a packet is dropped if, with it, the backlog would exceed either
+/// bound. The backlog counts every packet accepted but not yet fully departed (including the
+/// one being transmitted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueLimit {
+    /// Byte bound.
+    pub bytes: Option<usize>,
+    /// Packet bound.
+    pub packets: Option<usize>,
+}
+
+impl QueueLimit {
+    /// No bound.
+    pub const UNLIMITED: Self = Self {
+        bytes: None,
+        packets: None,
+    };
+
+    /// Resolves a user's [`QueueSpec`] for a link draining at `mean_bps`
+    /// (see [`QueueSpec::Default`]).
+    pub fn resolve(spec: QueueSpec, mean_bps: Option<f64>) -> Self {
+        let time_bytes = |t: Duration| {
+            mean_bps.map(|bps| ((bps * t.as_secs_f64() / 8.0) as usize).max(10 * OPPORTUNITY_BYTES))
+        };
+        match spec {
+            QueueSpec::Unlimited => Self::UNLIMITED,
+            QueueSpec::Default => Self {
+                bytes: time_bytes(Duration::from_millis(100)),
+                packets: None,
+            },
+            QueueSpec::Time(t) => Self {
+                bytes: time_bytes(t),
+                packets: None,
+            },
+            QueueSpec::Bytes(b) => Self {
+                bytes: Some(b),
+                packets: None,
+            },
+            QueueSpec::Packets(p) => Self {
+                bytes: None,
+                packets: Some(p),
+            },
+        }
+    }
+}
+
+/// One point of the queue-length trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueSample {
+    /// Time since the shaper's epoch.
+    pub at: Duration,
+    /// Bytes in the queue (accepted, not fully departed).
+    pub bytes: usize,
+    /// Packets in the queue.
+    pub packets: usize,
+}
+
+/// Shaper counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShaperStats {
+    /// Packets offered.
+    pub offered: u64,
+    /// Bytes offered.
+    pub offered_bytes: u64,
+    /// Packets dropped by the drop-tail limit.
+    pub dropped: u64,
+    /// Largest backlog seen, in bytes.
+    pub max_bytes: usize,
+    /// Largest backlog seen, in packets.
+    pub max_packets: usize,
+}
+
+/// Where trace replay stands: the last opportunity used and the bytes left in it.
+#[derive(Clone, Copy, Debug)]
+struct Cursor {
+    index: u64,
+    left: usize,
+}
+
+/// See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Shaper {
+    rate: RateModel,
+    limit: QueueLimit,
+    epoch: Instant,
+    busy_until: Option<Instant>,
+    /// Sub-nanosecond remainder of serialization times (units of 1/rate ns).
+    carry: u128,
+    cursor: Option<Cursor>,
+    backlog: VecDeque<(Instant, usize)>,
+    backlog_bytes: usize,
+    stats: ShaperStats,
+    trace: Option<Vec<QueueSample>>,
+}
+
+impl Shaper {
+    /// A shaper whose trace (and queue-length trace) time starts at `epoch`.
+    pub fn new(rate: RateModel, limit: QueueLimit, epoch: Instant) -> Self {
+        Self {
+            rate,
+            limit,
+            epoch,
+            busy_until: None,
+            carry: 0,
+            cursor: None,
+            backlog: VecDeque::new(),
+            backlog_bytes: 0,
+            stats: ShaperStats::default(),
+            trace: None,
+        }
+    }
+
+    /// Changes rate and limit from now on; packets already accepted keep their departure
+    /// times. A new trace keeps the shaper's epoch: it plays from where the clock says it is
+    /// (time since the epoch, modulo its period).
+    pub fn reconfigure(&mut self, rate: RateModel, limit: QueueLimit) {
+        let trace_changed = match (&self.rate, &rate) {
+            (RateModel::Trace(a), RateModel::Trace(b)) => !Arc::ptr_eq(a, b),
+            (RateModel::Trace(_), _) | (_, RateModel::Trace(_)) => true,
+            _ => false,
+        };
+        if trace_changed {
+            self.cursor = None;
+        }
+        self.rate = rate;
+        self.limit = limit;
+    }
+
+    /// The rate model.
+    pub fn rate(&self) -> &RateModel {
+        &self.rate
+    }
+
+    /// The drop-tail limit.
+    pub fn limit(&self) -> QueueLimit {
+        self.limit
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ShaperStats {
+        self.stats
+    }
+
+    /// Starts (or stops and discards) the queue-length trace.
+    pub fn set_queue_trace(&mut self, enabled: bool) {
+        self.trace = enabled.then(Vec::new);
+    }
+
+    /// Samples recorded so far (one per enqueue and per departure); call [`Shaper::queue`]
+    /// with the current time first to record departures up to now.
+    pub fn queue_trace(&self) -> &[QueueSample] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+
+    /// Takes the recorded samples, leaving the trace enabled and empty.
+    pub fn take_queue_trace(&mut self) -> Vec<QueueSample> {
+        match &mut self.trace {
+            Some(t) => std::mem::take(t),
+            None => Vec::new(),
+        }
+    }
+
+    /// `(bytes, packets)` in the queue at `now`.
+    pub fn queue(&mut self, now: Instant) -> (usize, usize) {
+        self.drain(now);
+        (self.backlog_bytes, self.backlog.len())
+    }
+
+    fn record(&mut self, at: Instant) {
+        if let Some(trace) = &mut self.trace {
+            trace.push(QueueSample {
+                at: at.saturating_duration_since(self.epoch),
+                bytes: self.backlog_bytes,
+                packets: self.backlog.len(),
+            });
+        }
+    }
+
+    fn drain(&mut self, now: Instant) {
+        while let Some(&(departure, size)) = self.backlog.front() {
+            if departure > now {
+                break;
+            }
+            self.backlog.pop_front();
+            self.backlog_bytes -= size;
+            self.record(departure);
+        }
+    }
+
+    /// Offers a packet of `size` bytes at `now`. Returns when its last byte leaves the queue,
+    /// or `None` if the drop-tail limit drops it.
+    pub fn offer(&mut self, size: usize, now: Instant) -> Option<Instant> {
+        self.stats.offered += 1;
+        self.stats.offered_bytes += size as u64;
+        self.drain(now);
+        if matches!(self.rate, RateModel::Unlimited) {
+            return Some(now);
+        }
+        let over_bytes = self
+            .limit
+            .bytes
+            .is_some_and(|b| self.backlog_bytes + size > b);
+        let over_packets = self
+            .limit
+            .packets
+            .is_some_and(|p| self.backlog.len() + 1 > p);
+        if over_bytes || over_packets {
+            self.stats.dropped += 1;
+            return None;
+        }
+        let departure = match &self.rate {
+            RateModel::Unlimited => now,
+            RateModel::Constant(0) => {
+                self.stats.dropped += 1;
+                return None;
+            }
+            &RateModel::Constant(bps) => self.constant(size, bps, now),
+            RateModel::Trace(trace) => {
+                let trace = Arc::clone(trace);
+                self.replay(&trace, size, now)
+            }
+        };
+        self.backlog.push_back((departure, size));
+        self.backlog_bytes += size;
+        self.stats.max_bytes = self.stats.max_bytes.max(self.backlog_bytes);
+        self.stats.max_packets = self.stats.max_packets.max(self.backlog.len());
+        self.record(now);
+        Some(departure)
+    }
+
+    fn constant(&mut self, size: usize, bps: u64, now: Instant) -> Instant {
+        let (start, continuing) = match self.busy_until {
+            Some(busy) if busy >= now => (busy, true),
+            _ => (now, false),
+        };
+        if !continuing {
+            self.carry = 0;
+        }
+        let numerator = size as u128 * 8 * 1_000_000_000 + self.carry;
+        let rate = u128::from(bps);
+        self.carry = numerator % rate;
+        let departure =
+            start + Duration::from_nanos(u64::try_from(numerator / rate).unwrap_or(u64::MAX));
+        self.busy_until = Some(departure);
+        departure
+    }
+
+    fn replay(&mut self, trace: &Trace, size: usize, now: Instant) -> Instant {
+        let at = |index: u64| self.epoch + trace.time_of(index);
+        // The first opportunity strictly after the arrival.
+        let first_usable = trace.first_after(now.saturating_duration_since(self.epoch));
+        let (mut index, mut left) = match self.cursor {
+            // Bytes left in an opportunity that has not happened yet carry this packet's first
+            // bytes (the packet before it is still queued then).
+            Some(c) if c.left > 0 && at(c.index) > now => (c.index, c.left),
+            Some(c) => ((c.index + 1).max(first_usable), OPPORTUNITY_BYTES),
+            None => (first_usable, OPPORTUNITY_BYTES),
+        };
+        let mut remaining = size;
+        loop {
+            let take = remaining.min(left);
+            remaining -= take;
+            left -= take;
+            if remaining == 0 {
+                break;
+            }
+            index += 1;
+            left = OPPORTUNITY_BYTES;
+        }
+        self.cursor = Some(Cursor { index, left });
+        at(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[allow(clippy::disallowed_methods)] // an arbitrary origin; only differences are used
+    fn origin() -> Instant {
+        Instant::now()
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn constant_rate_serializes_back_to_back() {
+        let t0 = origin();
+        let mut s = Shaper::new(RateModel::Constant(12_000_000), QueueLimit::UNLIMITED, t0);
+        // 1500 B at 12 Mbit/s = 1 ms each.
+        assert_eq!(s.offer(1500, t0), Some(t0 + ms(1)));
+        assert_eq!(s.offer(1500, t0), Some(t0 + ms(2)));
+        assert_eq!(s.queue(t0 + ms(1)), (1500, 1));
+        // Idle gap, then a fresh start.
+        assert_eq!(s.offer(1500, t0 + ms(10)), Some(t0 + ms(11)));
+    }
+
+    #[test]
+    fn drop_tail_in_bytes_and_packets() {
+        let t0 = origin();
+        let limit = QueueLimit {
+            bytes: Some(3000),
+            packets: None,
+        };
+        let mut s = Shaper::new(RateModel::Constant(1_000_000), limit, t0);
+        assert!(s.offer(1500, t0).is_some());
+        assert!(s.offer(1500, t0).is_some());
+        assert!(s.offer(1, t0).is_none());
+        let limit = QueueLimit {
+            bytes: None,
+            packets: Some(2),
+        };
+        let mut s = Shaper::new(RateModel::Constant(1_000_000), limit, t0);
+        assert!(s.offer(100, t0).is_some());
+        assert!(s.offer(100, t0).is_some());
+        assert!(s.offer(100, t0).is_none());
+        assert_eq!(s.stats().dropped, 1);
+        // 100 B at 1 Mbit/s = 0.8 ms; after 0.8 ms one has left.
+        assert!(s.offer(100, t0 + Duration::from_micros(800)).is_some());
+    }
+
+    #[test]
+    fn constant_rate_is_exact_over_a_long_run() {
+        let t0 = origin();
+        let mut s = Shaper::new(RateModel::Constant(10_000_000), QueueLimit::UNLIMITED, t0);
+        let mut last = t0;
+        for _ in 0..100_000 {
+            last = s.offer(1234, t0).unwrap();
+        }
+        let secs = (last - t0).as_secs_f64();
+        let rate = 100_000.0 * 1234.0 * 8.0 / secs;
+        assert!((rate - 10e6).abs() < 1.0, "{rate}");
+    }
+
+    #[test]
+    fn trace_opportunities_carry_whole_and_partial_packets() {
+        let t0 = origin();
+        // Opportunities at 1, 1, 3, 10 (period 10).
+        let trace = Arc::new(Trace::parse("1\n1\n3\n10\n").unwrap());
+        let mut s = Shaper::new(RateModel::Trace(trace), QueueLimit::UNLIMITED, t0);
+        // Two full packets at t=0 take the two opportunities at 1 ms.
+        assert_eq!(s.offer(1500, t0), Some(t0 + ms(1)));
+        assert_eq!(s.offer(1500, t0), Some(t0 + ms(1)));
+        // 500 + 1000 bytes share the opportunity at 3 ms.
+        assert_eq!(s.offer(500, t0), Some(t0 + ms(3)));
+        assert_eq!(s.offer(1000, t0), Some(t0 + ms(3)));
+        // Next: 10 ms; then the second loop: 11, 11, 13, 20.
+        assert_eq!(s.offer(100, t0), Some(t0 + ms(10)));
+        // The 1400 bytes left at 10 ms carry the first 1400 of this 2000-byte packet, the
+        // rest goes at 11 ms.
+        assert_eq!(s.offer(2000, t0), Some(t0 + ms(11)));
+        // An arrival after 11 ms: the leftover of the 11 ms opportunity is gone; next is 13.
+        assert_eq!(s.offer(10, t0 + ms(12)), Some(t0 + ms(13)));
+        // Idle until 15 ms: the leftover at 13 is wasted, the next opportunity is 20.
+        assert_eq!(s.offer(10, t0 + ms(15)), Some(t0 + ms(20)));
+    }
+
+    #[test]
+    fn opportunity_at_arrival_instant_is_not_usable() {
+        let t0 = origin();
+        let trace = Arc::new(Trace::parse("0\n5\n10\n").unwrap());
+        let mut s = Shaper::new(RateModel::Trace(trace), QueueLimit::UNLIMITED, t0);
+        assert_eq!(s.offer(1500, t0), Some(t0 + ms(5)));
+        assert_eq!(s.offer(1500, t0 + ms(10)), Some(t0 + ms(15)));
+    }
+
+    #[test]
+    fn saturated_trace_replays_at_its_mean_rate() {
+        let t0 = origin();
+        let text: String = [3u64, 3, 3, 7, 8, 8, 8, 8, 20, 33, 50]
+            .iter()
+            .map(|t| format!("{t}\n"))
+            .collect();
+        let trace = Arc::new(Trace::parse(&text).unwrap());
+        let mean = trace.mean_rate_bps();
+        let mut s = Shaper::new(RateModel::Trace(trace), QueueLimit::UNLIMITED, t0);
+        // Keep the queue non-empty for 100 periods with 1500-byte packets.
+        let n = 11 * 100;
+        let mut last = t0;
+        for _ in 0..n {
+            last = s.offer(1500, t0).unwrap();
+        }
+        let rate = n as f64 * 12_000.0 / (last - t0).as_secs_f64();
+        assert!((rate / mean - 1.0).abs() < 0.01, "{rate} vs {mean}");
+    }
+
+    #[test]
+    fn queue_trace_records_enqueues_and_departures() {
+        let t0 = origin();
+        let mut s = Shaper::new(RateModel::Constant(12_000_000), QueueLimit::UNLIMITED, t0);
+        s.set_queue_trace(true);
+        s.offer(1500, t0);
+        s.offer(1500, t0);
+        s.queue(t0 + ms(5));
+        let samples: Vec<(u64, usize, usize)> = s
+            .queue_trace()
+            .iter()
+            .map(|q| (q.at.as_millis() as u64, q.bytes, q.packets))
+            .collect();
+        assert_eq!(
+            samples,
+            vec![(0, 1500, 1), (0, 3000, 2), (1, 1500, 1), (2, 0, 0)]
+        );
+    }
+
+    #[test]
+    fn default_queue_is_100ms_at_the_rate() {
+        let q = QueueLimit::resolve(QueueSpec::Default, Some(10e6));
+        assert_eq!(q.bytes, Some(125_000));
+        let q = QueueLimit::resolve(QueueSpec::Default, Some(100e3));
+        assert_eq!(q.bytes, Some(15_000));
+        assert_eq!(
+            QueueLimit::resolve(QueueSpec::Default, None),
+            QueueLimit::UNLIMITED
+        );
+    }
+}
