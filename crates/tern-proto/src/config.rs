@@ -60,6 +60,12 @@ pub struct ConnectionConfig {
     pub max_datagram_size: u16,
     /// Largest UDP payload we accept.
     pub max_recv_datagram_size: u16,
+    /// Largest message the peer may send us.
+    pub max_message_size: u64,
+    /// Largest datagram the peer may send us (0: datagrams refused).
+    pub max_datagram_size_in: u64,
+    /// Datagrams kept for the application (oldest dropped beyond this) and queued to send.
+    pub datagram_queue: usize,
     /// Most datagrams the pacer releases at once. The pacer lets about 2 ms of sending go in
     /// one burst; this caps it. Drivers whose timers are coarse (1 ms for tokio) need bursts
     /// to reach high rates on short paths; 64 also matches a full GSO batch.
@@ -80,6 +86,9 @@ impl Default for ConnectionConfig {
             max_datagram_size: 1452,
             max_recv_datagram_size: 1500,
             max_pacing_burst: 64,
+            max_message_size: 16 << 20,
+            max_datagram_size_in: 65_535,
+            datagram_queue: 256,
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Events the application sees (DESIGN.md F8). The runtime turns them into an event stream
 //! and optional up-calls.
 
+use std::time::Duration;
+
 use crate::error::ConnectionError;
 use crate::flow::{Dir, FlowId};
+use crate::message::MessageId;
 
 /// Kinds of security violation, counted and reported, never fatal on their own (a forged
 /// packet must not be able to end a connection).
@@ -41,6 +44,36 @@ pub enum Event {
     },
     /// The peer's flow limit was raised: more flows can be opened.
     FlowsAvailable(Dir),
+    /// A message arrived whole: take it with `recv_message`.
+    MessageReceived,
+    /// A message with a deadline was given up. On the sender (`by_sender`), its deadline passed
+    /// before it was acknowledged; on the receiver, it was skipped (the sender gave it up, or
+    /// it was not complete by its deadline): `late_by` is how far past the deadline.
+    MessageExpired {
+        /// The message.
+        id: MessageId,
+        /// Whether this side sent it.
+        by_sender: bool,
+        /// How far past the deadline (zero when the sender's skip arrived first).
+        late_by: Duration,
+    },
+    /// A datagram arrived: take it with `recv_datagram`.
+    DatagramReceived,
+    /// A receive window was closed (F7): by this side's application (`local`) or by the
+    /// peer's, which means this side stops sending until it opens.
+    WindowClosed {
+        /// Closed by this side.
+        local: bool,
+        /// The application's reason code (e.g. an impending handover).
+        code: u64,
+        /// The reason text.
+        reason: String,
+    },
+    /// A receive window opened again.
+    WindowOpened {
+        /// Opened by this side.
+        local: bool,
+    },
     /// A packet was dropped for a security reason.
     SecurityViolation(Violation),
     /// The connection ended (by either side, timeout or reset).

@@ -61,6 +61,7 @@ pub mod endpoint;
 pub mod error;
 pub mod event;
 pub mod flow;
+pub mod message;
 pub(crate) mod path;
 pub mod recovery;
 pub mod wire;
@@ -72,6 +73,7 @@ pub use endpoint::{ConnectionHandle, Endpoint, EndpointStats};
 pub use error::{ConnectError, ConnectionError, OpenError, ReadError, WriteError};
 pub use event::{Event, Violation};
 pub use flow::{Dir, FlowId};
+pub use message::{DatagramError, Message, MessageId, MessageOptions, SendMessageError};
 
 /// Which end of a connection this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -27,8 +27,9 @@
 //!    eighth of the base RTT, backing off mostly drains that queue and costs little
 //!    utilisation, and the queue is the evidence that we (or a competitor) overfilled the link;
 //! 2. **losses are frequent**: the recent loss ratio (an EWMA over datagrams of lost / (acked +
-//!    lost), see [`LOSS_RATIO_GAIN`]) exceeds [`ClassicConfig::loss_ratio_threshold`] (5 % by
-//!    default). Random loss on a usable link is rarer than that; overflow of a shallow buffer or
+//!    lost), see [`LOSS_RATIO_GAIN`]) exceeds [`ClassicConfig::loss_ratio_threshold`] (10 % by
+//!    default). Random loss on a usable radio link is rarer than that (messages with deadlines
+//!    must keep their rate at 5 % random loss); overflow of a shallow buffer or
 //!    a policer is not;
 //! 3. **persistent congestion** (RFC 9002 §7.6): nothing got through for several PTOs;
 //! 4. **no RTT sample yet**: without a minimum RTT there is no queue estimate, so be classic.
@@ -58,8 +59,8 @@
 //! - A shallow-buffer bottleneck or a token-bucket policer never builds a queue of
 //!   `min_rtt / 8`, so rule 1 never fires there. Rule 2 bounds the damage: a window that
 //!   outgrows the bottleneck by much (a slow-start overshoot) loses a large share of a flight,
-//!   and the loss ratio crosses 5 % within a few dozen losses. Below that, tern keeps pushing:
-//!   it may impose a loss rate of up to ~5 % on such a bottleneck, more than Reno would, a
+//!   and the loss ratio crosses 10 % within a few dozen losses. Below that, tern keeps pushing:
+//!   it may impose a loss rate of up to ~10 % on such a bottleneck, more than Reno would, a
 //!   deliberate trade for lossy radio links. In the simulation (50 Mbit/s, 40 ms, a buffer of
 //!   4 datagrams) tern CUBIC loses 0.9 % of its packets there against 0.06 % for classic CUBIC,
 //!   for 88 % against 84 % of the link.
@@ -169,7 +170,7 @@ impl Default for ClassicConfig {
             initial_window_packets: 10,
             minimum_window_packets: 2,
             random_loss_tolerance: true,
-            loss_ratio_threshold: 0.05,
+            loss_ratio_threshold: 0.10,
         }
     }
 }
@@ -196,7 +197,7 @@ impl ClassicConfig {
     }
 
     /// Loss ratio (0.0–1.0) above which every loss counts as congestion even without a standing
-    /// queue (default 0.05). Out-of-range values are clamped; NaN keeps the current value.
+    /// queue (default 0.10). Out-of-range values are clamped; NaN keeps the current value.
     pub fn loss_ratio_threshold(mut self, ratio: f64) -> Self {
         if !ratio.is_nan() {
             self.loss_ratio_threshold = ratio.clamp(0.0, 1.0);
@@ -902,10 +903,10 @@ mod tests {
             }
         }
         let i = reduced_after.expect("a 20 % loss rate must eventually count as congestion");
-        assert!(cc.loss_ratio() > 0.05);
-        // The EWMA approaches 20 % as 0.2 × (1 - (1 - 1/256)^datagrams): it passes 5 % after
-        // about 74 datagrams, i.e. 15 losses.
-        assert!((10..25).contains(&i), "reduced after {i} losses");
+        assert!(cc.loss_ratio() > 0.10);
+        // The EWMA approaches 20 % as 0.2 × (1 - (1 - 1/256)^datagrams): it passes 10 % after
+        // about 177 datagrams, i.e. 35 losses.
+        assert!((25..45).contains(&i), "reduced after {i} losses");
         assert_eq!(cc.metrics().non_congestive_losses, u64::from(i));
     }
 

@@ -404,13 +404,13 @@ impl Connection {
         if let Some(mut noise) = self.handshake.take() {
             self.keys = noise.split();
         }
-        let mtu = self.max_datagram_size();
+        let mtu = self.negotiated_udp_payload();
         self.paths[0].mtu = mtu;
         self.paths[0].cc.on_mtu_update(mtu);
     }
 
     /// The datagram size both sides accept.
-    pub(crate) fn max_datagram_size(&self) -> u16 {
+    pub(crate) fn negotiated_udp_payload(&self) -> u16 {
         let peer = self.peer_params.as_ref().map_or(1200, |p| {
             p.max_datagram_size.min(u64::from(u16::MAX)) as u16
         });

@@ -57,6 +57,21 @@ pub(crate) enum State {
     Drained,
 }
 
+/// The application receive window of F7 (docs/PROTOCOL.md §12), both directions.
+#[derive(Debug, Default)]
+pub(crate) struct WindowState {
+    /// Our application closed its window: (reason code, reason).
+    pub(crate) local_closed: Option<(u64, Bytes)>,
+    /// Our current state must be (re)sent.
+    pub(crate) update_pending: bool,
+    /// The peer closed its window: we send no data until it opens.
+    pub(crate) peer_closed: bool,
+    /// When to poll the peer next (SLTP STATUS), and the backoff step.
+    pub(crate) status_at: Option<Instant>,
+    pub(crate) status_step: u32,
+    pub(crate) status_pending: bool,
+}
+
 /// A close frame waiting to be sent.
 #[derive(Debug, Clone)]
 pub(crate) struct PendingClose {
@@ -110,6 +125,11 @@ pub struct Connection {
     pub(crate) close_resend: bool,
     /// Closing: when to resend our Close if the peer has not answered.
     pub(crate) close_resend_at: Option<Instant>,
+    pub(crate) messages_out: crate::message::MessageSender,
+    pub(crate) messages_in: crate::message::MessageReceiver,
+    pub(crate) datagrams_out: VecDeque<Bytes>,
+    pub(crate) datagrams_in: VecDeque<Bytes>,
+    pub(crate) window: WindowState,
     /// Server: the Initial payload this connection was built from (see `Endpoint::handle_long`).
     pub(crate) initial_payload: Vec<u8>,
 }
@@ -172,6 +192,11 @@ impl Connection {
             close_resend: false,
             initial_payload: Vec::new(),
             close_resend_at: None,
+            messages_out: Default::default(),
+            messages_in: Default::default(),
+            datagrams_out: VecDeque::new(),
+            datagrams_in: VecDeque::new(),
+            window: WindowState::default(),
             config,
         }
     }
@@ -426,6 +451,106 @@ impl Connection {
         Err(ReadError::Blocked)
     }
 
+    /// Sends a message (F5): delivered whole or not at all, ordered or not, reliable or with
+    /// a deadline, by priority. Costs no round trip.
+    pub fn send_message(
+        &mut self,
+        now: Instant,
+        data: Bytes,
+        opts: crate::message::MessageOptions,
+    ) -> Result<crate::message::MessageId, crate::message::SendMessageError> {
+        use crate::message::SendMessageError;
+        if self.is_closed() {
+            return Err(SendMessageError::ConnectionClosed);
+        }
+        let max = self
+            .peer_params
+            .as_ref()
+            .map_or(crate::flow::PRE_HANDSHAKE_CREDIT, |p| p.max_message_size);
+        if data.len() as u64 > max {
+            return Err(SendMessageError::TooLarge {
+                size: data.len() as u64,
+                max,
+            });
+        }
+        Ok(self.messages_out.push(now, data, opts))
+    }
+
+    /// The next message received whole, if any.
+    pub fn recv_message(&mut self) -> Option<crate::message::Message> {
+        let msg = self.messages_in.ready.pop_front()?;
+        self.flows.on_consumed(msg.data.len() as u64);
+        Some(msg)
+    }
+
+    /// The largest datagram that fits in one packet now, or `None` if the peer takes none.
+    pub fn max_datagram_payload(&self) -> Option<usize> {
+        let peer = self.peer_params.as_ref()?.max_datagram_frame_size;
+        if peer == 0 {
+            return None;
+        }
+        // Short header (up to 14 bytes), AEAD tag, frame type and length varints.
+        let room =
+            usize::from(self.paths[0].mtu).saturating_sub(14 + crate::crypto::TAG_LEN + 1 + 2);
+        Some(room.min(peer as usize))
+    }
+
+    /// Sends an unreliable, unordered, congestion-controlled datagram (F6). When more are
+    /// queued than the configured limit, the oldest is dropped.
+    pub fn send_datagram(&mut self, data: Bytes) -> Result<(), crate::message::DatagramError> {
+        use crate::message::DatagramError;
+        if self.is_closed() {
+            return Err(DatagramError::ConnectionClosed);
+        }
+        let max = self
+            .max_datagram_payload()
+            .ok_or(DatagramError::Unsupported)?;
+        if data.len() > max {
+            return Err(DatagramError::TooLarge {
+                size: data.len(),
+                max,
+            });
+        }
+        if self.datagrams_out.len() >= self.config.datagram_queue {
+            self.datagrams_out.pop_front();
+            self.stats.datagrams_dropped += 1;
+        }
+        self.datagrams_out.push_back(data);
+        Ok(())
+    }
+
+    /// The next datagram received, if any.
+    pub fn recv_datagram(&mut self) -> Option<Bytes> {
+        self.datagrams_in.pop_front()
+    }
+
+    /// Closes this side's receive window (F7), e.g. before a handover: the peer stops
+    /// sending, polls now and then, and resumes when `open_window` is called. Nothing is lost.
+    pub fn close_window(&mut self, code: u64, reason: &[u8]) {
+        let reason =
+            Bytes::copy_from_slice(&reason[..reason.len().min(crate::wire::MAX_REASON_LEN)]);
+        self.events.push_back(Event::WindowClosed {
+            local: true,
+            code,
+            reason: String::from_utf8_lossy(&reason).into_owned(),
+        });
+        self.window.local_closed = Some((code, reason));
+        self.window.update_pending = true;
+    }
+
+    /// Opens this side's receive window again.
+    pub fn open_window(&mut self) {
+        if self.window.local_closed.take().is_some() {
+            self.window.update_pending = true;
+            self.events.push_back(Event::WindowOpened { local: true });
+        }
+    }
+
+    /// Whether the peer has closed its receive window (this side holds its data).
+    pub fn is_peer_window_closed(&self) -> bool {
+        self.window.peer_closed
+    }
+
     /// Closes the connection with an application error code and reason. The peer answers
     /// with its own close, after which both ends free everything (fast close, F3).
     pub fn close(&mut self, now: Instant, code: u64, reason: &[u8]) {
@@ -572,6 +697,11 @@ impl Connection {
             if !self.ping_pending {
                 consider(self.keep_alive_at());
             }
+            consider(self.messages_out.next_deadline());
+            consider(self.messages_in.next_deadline());
+            if !self.window.status_pending {
+                consider(self.window.status_at);
+            }
         }
         t
     }
@@ -649,6 +779,12 @@ impl Connection {
         if self.keep_alive_at().is_some_and(|t| now >= t) {
             self.ping_pending = true;
         }
+        self.expire_messages(now);
+        if self.window.status_at.is_some_and(|t| now >= t) {
+            // Still closed: ask the peer for its window state (SLTP STATUS).
+            self.window.status_pending = true;
+            self.window.status_at = None;
+        }
         let path = &mut self.paths[0];
         if path.pacing_until.is_some_and(|t| now >= t) {
             path.pacing_until = None;
@@ -678,9 +814,48 @@ impl Connection {
         }
     }
 
+    /// Gives up messages whose deadline passed, on both sides.
+    pub(crate) fn expire_messages(&mut self, now: Instant) {
+        for (id, late_by) in self.messages_out.expire(now) {
+            self.stats.messages_expired_sent += 1;
+            self.events.push_back(Event::MessageExpired {
+                id,
+                by_sender: true,
+                late_by,
+            });
+        }
+        for s in self.messages_in.expire(now) {
+            self.on_message_skipped(s);
+        }
+        if !self.messages_in.ready.is_empty() {
+            self.events.push_back(Event::MessageReceived);
+        }
+    }
+
+    pub(crate) fn on_message_skipped(&mut self, s: crate::message::recv::Skipped) {
+        self.stats.messages_expired_received += 1;
+        self.flows.on_consumed(s.bytes);
+        self.events.push_back(Event::MessageExpired {
+            id: s.id,
+            by_sender: false,
+            late_by: s.late_by,
+        });
+    }
+
+    /// Whether data may flow to the peer (its application window is open).
+    pub(crate) fn data_allowed_by_window(&self) -> bool {
+        !self.window.peer_closed
+    }
+
     /// Whether flow data or flow control frames are waiting (pacing applies to these).
     pub(crate) fn has_sendable_data(&self) -> bool {
-        !self.flows.ready.is_empty()
+        let data = self.data_allowed_by_window()
+            && (!self.flows.ready.is_empty()
+                || self.messages_out.has_pending()
+                || !self.datagrams_out.is_empty());
+        data || self.window.update_pending
+            || self.window.status_pending
+            || !self.messages_out.skips.is_empty()
             || self.ping_pending
             || self.flows.max_data_pending
             || !self.flows.credit_pending.is_empty()

@@ -309,9 +309,106 @@ impl Connection {
                 self.confirmed = true;
                 self.flight = None;
             }
-            // Codec-only frames of features not built yet (F5–F7, F11, F12, F15–F18) are
-            // accepted and ignored, so a newer peer does not break an older one.
+            Frame::Message(m) => self.on_message_fragment(now, m)?,
+            Frame::MessageSkip { msg_id } => {
+                if let Some(s) = self.messages_in.on_skip(crate::message::MessageId(msg_id)) {
+                    self.on_message_skipped(s);
+                    if !self.messages_in.ready.is_empty() {
+                        self.events.push_back(Event::MessageReceived);
+                    }
+                }
+            }
+            Frame::Datagram { data } => {
+                if self.config.max_datagram_size_in == 0 {
+                    return Err((
+                        TransportErrorCode::PROTOCOL_VIOLATION,
+                        "datagram not accepted",
+                    ));
+                }
+                if self.datagrams_in.len() >= self.config.datagram_queue {
+                    self.datagrams_in.pop_front();
+                    self.stats.datagrams_dropped += 1;
+                }
+                self.datagrams_in
+                    .push_back(bytes::Bytes::copy_from_slice(data));
+                self.events.push_back(Event::DatagramReceived);
+            }
+            Frame::WindowClose {
+                reason_code,
+                reason,
+            } if !self.window.peer_closed => {
+                self.window.peer_closed = true;
+                self.window.status_step = 0;
+                let wait = self.paths[0].rtt.smoothed().max(Duration::from_millis(50));
+                self.window.status_at = Some(now + wait);
+                self.events.push_back(Event::WindowClosed {
+                    local: false,
+                    code: reason_code,
+                    reason: String::from_utf8_lossy(reason).into_owned(),
+                });
+            }
+            Frame::WindowOpen if self.window.peer_closed => {
+                self.window.peer_closed = false;
+                self.window.status_at = None;
+                self.window.status_pending = false;
+                self.events.push_back(Event::WindowOpened { local: false });
+            }
+            Frame::WindowStatus => {
+                // The peer asks whether our window is still closed: say it again.
+                self.window.update_pending = true;
+            }
+            // Codec-only frames of features not built yet (F11, F12, F15–F18) are accepted
+            // and ignored, so a newer peer does not break an older one.
             _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_message_fragment(
+        &mut self,
+        now: Instant,
+        m: wire::MessageFrame<'_>,
+    ) -> Result<(), FrameError> {
+        // The receiver's deadline: the time left when the fragment was sent, less the
+        // one-way trip it has made (estimated as half the smoothed RTT). It errs early,
+        // never late, on symmetric paths.
+        let one_way = self.paths[0].rtt.smoothed() / 2;
+        let deadline = m.deadline_us.map(|us| {
+            (now + Duration::from_micros(us))
+                .checked_sub(one_way)
+                .unwrap_or(now)
+        });
+        let new = self
+            .messages_in
+            .on_fragment(
+                crate::message::MessageId(m.msg_id),
+                m.total_len,
+                m.offset,
+                m.data,
+                deadline,
+                m.reply_to.map(crate::message::MessageId),
+                m.priority,
+                self.config.max_message_size,
+            )
+            .map_err(|e| match e {
+                crate::message::recv::MessageRecvError::TooLarge => (
+                    TransportErrorCode::MESSAGE_TOO_LARGE,
+                    "message larger than allowed",
+                ),
+                crate::message::recv::MessageRecvError::Inconsistent => (
+                    TransportErrorCode::PROTOCOL_VIOLATION,
+                    "message fragments disagree on its size",
+                ),
+            })?;
+        self.flows.data_received += new;
+        if self.flows.data_received > self.flows.local_max_data {
+            return Err((
+                TransportErrorCode::FLOW_CONTROL_ERROR,
+                "message data beyond credit",
+            ));
+        }
+        if !self.messages_in.ready.is_empty() {
+            self.events.push_back(Event::MessageReceived);
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! acknowledged or lost.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Connection, State};
 use crate::crypto::TAG_LEN;
@@ -132,11 +132,15 @@ impl Connection {
             }
             if data_allowed {
                 let limit = payload_start + max_payload;
-                ack_eliciting |= self.write_control_frames(buf, limit, &mut frames);
-                let room = limit.saturating_sub(buf.len());
-                let before = frames.len();
-                self.write_flow_frames(buf, room, &mut frames);
-                ack_eliciting |= frames.len() > before;
+                ack_eliciting |= self.write_control_frames(now, buf, limit, &mut frames);
+                if self.data_allowed_by_window() {
+                    ack_eliciting |= self.write_datagrams(buf, limit);
+                    let before = frames.len();
+                    self.write_message_frames(now, buf, limit, &mut frames);
+                    let room = limit.saturating_sub(buf.len());
+                    self.write_flow_frames(buf, room, &mut frames);
+                    ack_eliciting |= frames.len() > before;
+                }
                 if self.ping_pending || (probing && !ack_eliciting) {
                     Frame::Ping.encode(buf);
                     self.ping_pending = false;
@@ -220,12 +224,43 @@ impl Connection {
     /// any was written.
     fn write_control_frames(
         &mut self,
+        now: Instant,
         buf: &mut Vec<u8>,
         limit: usize,
         frames: &mut Vec<SentFrame>,
     ) -> bool {
         let start = buf.len();
         let room = |buf: &Vec<u8>| limit.saturating_sub(buf.len()) >= 32;
+        if self.window.update_pending && limit.saturating_sub(buf.len()) >= 64 {
+            match &self.window.local_closed {
+                Some((code, reason)) => Frame::WindowClose {
+                    reason_code: *code,
+                    reason: &reason[..reason.len().min(limit - buf.len() - 32)],
+                }
+                .encode(buf),
+                None => Frame::WindowOpen.encode(buf),
+            }
+            frames.push(SentFrame::WindowState);
+            self.window.update_pending = false;
+        }
+        if self.window.status_pending && room(buf) {
+            Frame::WindowStatus.encode(buf);
+            self.window.status_pending = false;
+            self.stats.window_probes += 1;
+            // Poll again later, backing off from one RTT to a second while it stays closed.
+            let base = self.paths[0].rtt.smoothed().max(Duration::from_millis(50));
+            let step = self.window.status_step.min(5);
+            let wait = (base * (1 << step)).min(Duration::from_secs(1));
+            self.window.status_step += 1;
+            self.window.status_at = Some(now + wait);
+        }
+        while room(buf) {
+            let Some(id) = self.messages_out.skips.pop_front() else {
+                break;
+            };
+            Frame::MessageSkip { msg_id: id.0 }.encode(buf);
+            frames.push(SentFrame::MessageSkip(id));
+        }
         if self.handshake_done_pending && room(buf) {
             Frame::HandshakeDone.encode(buf);
             frames.push(SentFrame::HandshakeDone);
@@ -270,6 +305,59 @@ impl Connection {
             }
         }
         buf.len() > start
+    }
+
+    /// Queued datagrams that fit (never resent). Returns whether any was written.
+    fn write_datagrams(&mut self, buf: &mut Vec<u8>, limit: usize) -> bool {
+        let mut wrote = false;
+        while let Some(d) = self.datagrams_out.front() {
+            if limit.saturating_sub(buf.len()) < d.len() + 4 {
+                break;
+            }
+            Frame::Datagram { data: d }.encode(buf);
+            self.datagrams_out.pop_front();
+            wrote = true;
+        }
+        wrote
+    }
+
+    /// Message fragments, highest priority first.
+    fn write_message_frames(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        limit: usize,
+        frames: &mut Vec<SentFrame>,
+    ) {
+        // Frame overhead: type, ID, flags, priority, lengths, offset, deadline, reply-to.
+        const OVERHEAD: usize = 1 + 8 + 2 + 8 + 8 + 8 + 8 + 4;
+        while limit.saturating_sub(buf.len()) > OVERHEAD {
+            let max = (limit - buf.len() - OVERHEAD) as u64;
+            let credit = self.flows.conn_credit();
+            let Some(f) = self.messages_out.next_fragment(now, max, credit) else {
+                break;
+            };
+            crate::wire::MessageFrame {
+                msg_id: f.id.0,
+                ordered: f.id.is_ordered(),
+                priority: f.priority,
+                total_len: f.total,
+                offset: f.offset,
+                deadline_us: f.deadline_left.map(|d| d.as_micros() as u64),
+                reply_to: f.reply_to.map(|r| r.0),
+                data: &f.data,
+            }
+            .encode(buf);
+            self.flows.data_sent += f.new_bytes;
+            if f.resend {
+                self.stats.bytes_retransmitted += f.data.len() as u64;
+            }
+            frames.push(SentFrame::Message {
+                id: f.id,
+                offset: f.offset,
+                len: f.data.len() as u32,
+            });
+        }
     }
 
     /// Flow frames (resets, stop requests, data) round-robin over ready flows, so that one
@@ -404,6 +492,8 @@ impl Connection {
                 }
             } else if let SentFrame::ResetFlow(id) = *f {
                 self.flows.reap(id);
+            } else if let SentFrame::Message { id, offset, len } = *f {
+                self.messages_out.on_acked(id, offset, u64::from(len));
             }
         }
     }
@@ -489,6 +579,11 @@ impl Connection {
                     }
                 }
                 SentFrame::HandshakeDone => self.handshake_done_pending = true,
+                SentFrame::Message { id, offset, len } => {
+                    self.messages_out.on_lost(id, offset, u64::from(len));
+                }
+                SentFrame::MessageSkip(id) => self.messages_out.skips.push_back(id),
+                SentFrame::WindowState => self.window.update_pending = true,
             }
         }
         let _ = probe;

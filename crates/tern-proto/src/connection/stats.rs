@@ -28,6 +28,14 @@ pub struct ConnectionStats {
     pub nacks_received: u64,
     /// Probe timeouts.
     pub ptos: u64,
+    /// Datagrams dropped from a full send or receive queue.
+    pub datagrams_dropped: u64,
+    /// Messages given up at their deadline (sent by us / sent to us).
+    pub messages_expired_sent: u64,
+    /// See `messages_expired_sent`.
+    pub messages_expired_received: u64,
+    /// WindowStatus polls sent while the peer's window was closed.
+    pub window_probes: u64,
     /// Smoothed RTT, RTT variation and minimum RTT of the primary path.
     pub rtt: Duration,
     /// See `rtt`.

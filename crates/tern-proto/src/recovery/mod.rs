@@ -33,6 +33,14 @@ pub(crate) enum SentFrame {
     ResetFlow(FlowId),
     StopSending(FlowId),
     HandshakeDone,
+    Message {
+        id: crate::message::MessageId,
+        offset: u64,
+        len: u32,
+    },
+    MessageSkip(crate::message::MessageId),
+    /// A WindowClose or WindowOpen (the current state is resent if lost).
+    WindowState,
 }
 
 /// One packet in flight.

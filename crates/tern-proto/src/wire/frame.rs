@@ -218,6 +218,8 @@ const MSG_ORDERED: u8 = 0x01;
 const MSG_DEADLINE: u8 = 0x02;
 /// `Message` frame flag: this fragment ends the message.
 const MSG_LAST: u8 = 0x04;
+/// Message flag: the message answers an earlier one (a Reply To field follows the deadline).
+const MSG_REPLY: u8 = 0x08;
 
 /// A `Message` frame (0x19, §9.17): one fragment of a framed message (F5, codec only for now).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,8 +234,10 @@ pub struct MessageFrame<'a> {
     pub total_len: u64,
     /// Offset of this fragment in the message.
     pub offset: u64,
-    /// Deadline relative to the message's first send, µs (flag 0x02).
+    /// Time left until the message's deadline when this fragment was sent, µs (flag 0x02).
     pub deadline_us: Option<u64>,
+    /// The ID of the message this one answers (flag 0x08): request/response without a flow.
+    pub reply_to: Option<u64>,
     /// Fragment bytes.
     pub data: &'a [u8],
 }
@@ -242,13 +246,18 @@ impl<'a> MessageFrame<'a> {
     fn decode_body(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
         let msg_id = r.varint()?;
         let flags = r.u8()?;
-        if flags & !(MSG_ORDERED | MSG_DEADLINE | MSG_LAST) != 0 {
+        if flags & !(MSG_ORDERED | MSG_DEADLINE | MSG_LAST | MSG_REPLY) != 0 {
             return Err(DecodeError::InvalidValue("message flags"));
         }
         let priority = r.u8()?;
         let total_len = r.varint()?;
         let offset = r.varint()?;
         let deadline_us = if flags & MSG_DEADLINE != 0 {
+            Some(r.varint()?)
+        } else {
+            None
+        };
+        let reply_to = if flags & MSG_REPLY != 0 {
             Some(r.varint()?)
         } else {
             None
@@ -268,6 +277,7 @@ impl<'a> MessageFrame<'a> {
             total_len,
             offset,
             deadline_us,
+            reply_to,
             data,
         })
     }
@@ -288,6 +298,9 @@ impl<'a> MessageFrame<'a> {
         if self.is_last() {
             f |= MSG_LAST;
         }
+        if self.reply_to.is_some() {
+            f |= MSG_REPLY;
+        }
         f
     }
 
@@ -297,6 +310,7 @@ impl<'a> MessageFrame<'a> {
             + varint_len(self.total_len)
             + varint_len(self.offset)
             + self.deadline_us.map_or(0, varint_len)
+            + self.reply_to.map_or(0, varint_len)
             + varint_len(data_len as u64)
     }
 
@@ -332,6 +346,9 @@ impl<'a> MessageFrame<'a> {
         buf.put_varint(self.offset);
         if let Some(d) = self.deadline_us {
             buf.put_varint(d);
+        }
+        if let Some(r) = self.reply_to {
+            buf.put_varint(r);
         }
         buf.put_len_prefixed(self.data);
     }
@@ -1130,15 +1147,16 @@ pub(crate) mod tests {
             total_len: 10,
             offset: 6,
             deadline_us: Some(5000),
+            reply_to: Some(3),
             data: b"wxyz",
         };
         assert!(m.is_last());
         let buf = encode(&m.into());
-        assert_eq!(buf[2], 0x01 | 0x02 | 0x04, "flags");
+        assert_eq!(buf[2], 0x01 | 0x02 | 0x04 | 0x08, "flags");
         assert_eq!(decode_one(&buf), Ok(Frame::Message(m)));
         // last flag inconsistent with lengths
         let mut bad = buf.clone();
-        bad[2] = 0x03;
+        bad[2] = 0x0b;
         assert_eq!(
             decode_one(&bad),
             Err(DecodeError::InvalidValue("message last flag"))
@@ -1414,6 +1432,7 @@ pub(crate) mod tests {
                         total_len,
                         offset,
                         deadline_us: self.opt,
+                        reply_to: self.opt.map(|d| d / 3),
                         data: bytes,
                     })
                 }
@@ -1467,6 +1486,7 @@ pub(crate) mod tests {
                     total_len: 0,
                     offset: 0,
                     deadline_us: None,
+                    reply_to: None,
                     data: &[],
                 }),
             }
