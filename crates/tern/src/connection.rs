@@ -8,8 +8,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tern_proto::{
-    ConnectionError, ConnectionStats, Dir, Event, FlowId, OpenError, PublicKey, ReadError,
-    WriteError,
+    ConnectionError, ConnectionStats, DatagramError, Dir, Event, FlowId, Message, MessageId,
+    MessageOptions, OpenError, PublicKey, ReadError, SendMessageError, WriteError,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
@@ -196,6 +196,183 @@ impl Connection {
             SendFlow::new(self.clone(), id),
             RecvFlow::new(self.clone(), id),
         ))
+    }
+
+    /// Sends a message (F5): framed, delivered whole or not at all, with the options' order,
+    /// deadline and priority. Returns at once.
+    pub fn send_message(
+        &self,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<MessageId, SendMessageError> {
+        let now = crate::runtime::now();
+        let mut inner = self.shared.lock();
+        let conn = inner
+            .connection(self.id)
+            .ok_or(SendMessageError::ConnectionClosed)?;
+        let id = conn.send_message(now, data, opts)?;
+        drop(inner);
+        self.wake_driver();
+        Ok(id)
+    }
+
+    /// The next message that is not a reply to a `request` of ours.
+    pub async fn recv_message(&self) -> Result<Message, ConnectionError> {
+        poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            let Some(s) = inner.state(self.id) else {
+                drop(inner);
+                return Poll::Ready(Err(closed_error(&self.shared, self.id)));
+            };
+            if let Some(m) = s.inbox.pop_front() {
+                return Poll::Ready(Ok(m));
+            }
+            if s.error.is_some() || s.drained {
+                drop(inner);
+                return Poll::Ready(Err(closed_error(&self.shared, self.id)));
+            }
+            s.message_waiters.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Sends a request message and waits for the peer's reply to it (the MAR pattern: one
+    /// connection, no flow per request). With a deadline in `opts`, gives up with `None` if
+    /// no reply arrived by then.
+    pub async fn request(
+        &self,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<Option<Message>, ConnectionError> {
+        let deadline = opts.deadline.map(|d| crate::runtime::now() + d);
+        let id = {
+            let now = crate::runtime::now();
+            let mut inner = self.shared.lock();
+            let Some(conn) = inner.connection(self.id) else {
+                drop(inner);
+                return Err(closed_error(&self.shared, self.id));
+            };
+            let id = match conn.send_message(now, data, opts) {
+                Ok(id) => id,
+                Err(_) => {
+                    drop(inner);
+                    return Err(closed_error(&self.shared, self.id));
+                }
+            };
+            if let Some(s) = inner.state(self.id) {
+                s.pending_requests.insert(id);
+            }
+            id
+        };
+        self.wake_driver();
+        let wait = poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            let Some(s) = inner.state(self.id) else {
+                return Poll::Ready(None);
+            };
+            if let Some(m) = s.replies.remove(&id) {
+                return Poll::Ready(Some(Ok(m)));
+            }
+            if s.error.is_some() || s.drained {
+                return Poll::Ready(None);
+            }
+            s.reply_waiters.insert(id, cx.waker().clone());
+            Poll::Pending
+        });
+        let result = match deadline {
+            Some(d) => tokio::time::timeout_at(d.into(), wait).await.ok().flatten(),
+            None => wait.await,
+        };
+        match result {
+            Some(Ok(m)) => Ok(Some(m)),
+            Some(Err(e)) => Err(e),
+            None => {
+                let mut inner = self.shared.lock();
+                if let Some(s) = inner.state(self.id) {
+                    s.pending_requests.remove(&id);
+                    s.reply_waiters.remove(&id);
+                    if s.error.is_none() && !s.drained {
+                        return Ok(None);
+                    }
+                }
+                drop(inner);
+                Err(closed_error(&self.shared, self.id))
+            }
+        }
+    }
+
+    /// Answers the peer's message `to` (sent with `request`).
+    pub fn reply(
+        &self,
+        to: MessageId,
+        data: Bytes,
+        opts: MessageOptions,
+    ) -> Result<MessageId, SendMessageError> {
+        self.send_message(data, opts.reply_to(to))
+    }
+
+    /// Sends an unreliable datagram (F6).
+    pub fn send_datagram(&self, data: Bytes) -> Result<(), DatagramError> {
+        let mut inner = self.shared.lock();
+        let conn = inner
+            .connection(self.id)
+            .ok_or(DatagramError::ConnectionClosed)?;
+        conn.send_datagram(data)?;
+        drop(inner);
+        self.wake_driver();
+        Ok(())
+    }
+
+    /// The next datagram.
+    pub async fn recv_datagram(&self) -> Result<Bytes, ConnectionError> {
+        poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            let Some(conn) = inner.connection(self.id) else {
+                drop(inner);
+                return Poll::Ready(Err(closed_error(&self.shared, self.id)));
+            };
+            if let Some(d) = conn.recv_datagram() {
+                return Poll::Ready(Ok(d));
+            }
+            let closed = conn.is_closed();
+            if closed {
+                drop(inner);
+                return Poll::Ready(Err(closed_error(&self.shared, self.id)));
+            }
+            if let Some(s) = inner.state(self.id) {
+                s.datagram_waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// The largest datagram that fits in a packet now (`None`: the peer takes none).
+    pub fn max_datagram_payload(&self) -> Option<usize> {
+        let mut inner = self.shared.lock();
+        inner.connection(self.id)?.max_datagram_payload()
+    }
+
+    /// Closes this side's receive window (F7), e.g. before a handover; the peer holds its
+    /// data until `open_window`. Nothing is lost.
+    pub fn close_window(&self, code: u64, reason: &[u8]) {
+        let mut inner = self.shared.lock();
+        if let Some(c) = inner.connection(self.id) {
+            c.close_window(code, reason);
+        }
+        drop(inner);
+        self.wake_driver();
+    }
+
+    /// Opens this side's receive window again.
+    pub fn open_window(&self) {
+        let mut inner = self.shared.lock();
+        if let Some(c) = inner.connection(self.id) {
+            c.open_window();
+        }
+        drop(inner);
+        self.wake_driver();
     }
 
     /// Closes the connection with an application code and reason. The peer answers and both

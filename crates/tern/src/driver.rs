@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use quinn_udp::RecvMeta;
-use tern_proto::{ConnectionError, ConnectionHandle, Event, FlowId};
+use tern_proto::{ConnectionError, ConnectionHandle, Event, FlowId, Message, MessageId};
 use tokio::sync::{mpsc, Notify};
 
 use crate::runtime::{self, Socket, MAX_GSO_BYTES, RECV_BATCH};
@@ -43,9 +43,22 @@ pub(crate) struct ConnState {
     pub(crate) stopped: HashMap<FlowId, u64>,
     pub(crate) waiters: Vec<Waker>,
     pub(crate) events: Vec<mpsc::UnboundedSender<Event>>,
+    /// Messages taken from the core: replies by the request they answer, the rest in order.
+    pub(crate) inbox: VecDeque<Message>,
+    pub(crate) replies: HashMap<MessageId, Message>,
+    pub(crate) message_waiters: Vec<Waker>,
+    pub(crate) reply_waiters: HashMap<MessageId, Waker>,
+    pub(crate) datagram_waiters: Vec<Waker>,
+    /// Requests sent with `Connection::request` that await a reply.
+    pub(crate) pending_requests: HashSet<MessageId>,
 }
 
 impl ConnState {
+    /// Whether a request with this ID is awaiting its reply.
+    fn expects_reply(&self, id: MessageId) -> bool {
+        self.pending_requests.contains(&id)
+    }
+
     fn wake_all(&mut self) {
         for (_, w) in self.read_wakers.drain() {
             w.wake();
@@ -57,6 +70,15 @@ impl ConnState {
             w.wake();
         }
         for w in self.waiters.drain(..) {
+            w.wake();
+        }
+        for w in self.message_waiters.drain(..) {
+            w.wake();
+        }
+        for (_, w) in self.reply_waiters.drain() {
+            w.wake();
+        }
+        for w in self.datagram_waiters.drain(..) {
             w.wake();
         }
     }
@@ -318,8 +340,9 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
         let Some(id) = inner.id_of(*handle) else {
             continue;
         };
-        let state = inner.conns.get_mut(handle);
-        let Some(s) = state else { continue };
+        let Some(s) = inner.conns.get_mut(handle) else {
+            continue;
+        };
         match event {
             Event::Connected => {
                 s.connected = true;
@@ -362,6 +385,33 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
             Event::Drained => {
                 s.drained = true;
                 s.wake_all();
+            }
+            Event::MessageReceived => {
+                // Sort messages into replies (for `request`) and the inbox.
+                if let Some(conn) = inner.proto.connection_mut(*handle) {
+                    while let Some(m) = conn.recv_message() {
+                        match m.reply_to.filter(|r| s.expects_reply(*r)) {
+                            Some(r) => {
+                                s.pending_requests.remove(&r);
+                                if let Some(w) = s.reply_waiters.remove(&r) {
+                                    w.wake();
+                                }
+                                s.replies.insert(r, m);
+                            }
+                            None => {
+                                s.inbox.push_back(m);
+                                for w in s.message_waiters.drain(..) {
+                                    w.wake();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Event::DatagramReceived => {
+                for w in s.datagram_waiters.drain(..) {
+                    w.wake();
+                }
             }
             _ => {}
         }

@@ -51,6 +51,6 @@ pub use connection::{Connection, EventStream, RecvFlow, SendFlow};
 pub use driver::{ConnectionId, Upcall};
 pub use endpoint::{entropy, ConnectError, Endpoint};
 pub use tern_proto::{
-    ConnectionError, ConnectionStats, Dir, EndpointConfig, Event, FlowId, PublicKey, RetryPolicy,
-    StaticKeypair, Violation,
+    ConnectionError, ConnectionStats, DatagramError, Dir, EndpointConfig, Event, FlowId, Message,
+    MessageId, MessageOptions, PublicKey, RetryPolicy, SendMessageError, StaticKeypair, Violation,
 };

@@ -209,3 +209,138 @@ async fn events_stream_and_upcalls_see_the_connection_life() {
         "{seen:?}"
     );
 }
+
+#[tokio::test]
+async fn requests_get_their_replies_over_one_connection() {
+    use bytes::Bytes;
+    use tern::MessageOptions;
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        // Answer every request with 100 bytes naming its size (the MAR pattern).
+        while let Ok(m) = conn.recv_message().await {
+            let answer = format!("{:0100}", m.data.len());
+            conn.reply(
+                m.id,
+                Bytes::from(answer),
+                MessageOptions::default().unordered(),
+            )
+            .unwrap();
+        }
+    });
+    let conn = client().connect(addr, Some(key)).await.unwrap();
+    let sizes = [4_500usize, 20_000, 151_200, 64];
+    let mut tasks = Vec::new();
+    for &size in &sizes {
+        let conn = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            let opts = MessageOptions::default()
+                .unordered()
+                .deadline(Duration::from_secs(5));
+            let reply = conn
+                .request(Bytes::from(vec![7u8; size]), opts)
+                .await
+                .unwrap()
+                .expect("a reply before the deadline");
+            assert_eq!(reply.data.len(), 100);
+            assert_eq!(
+                String::from_utf8_lossy(&reply.data).trim_start_matches('0'),
+                size.to_string()
+            );
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn datagrams_arrive_and_oversized_ones_are_refused() {
+    use bytes::Bytes;
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        conn.recv_datagram().await.unwrap()
+    });
+    let conn = client().connect(addr, Some(key)).await.unwrap();
+    let max = conn
+        .max_datagram_payload()
+        .expect("the server accepts datagrams");
+    assert!(max >= 1100, "{max}");
+    let err = conn
+        .send_datagram(Bytes::from(vec![0u8; max + 1]))
+        .unwrap_err();
+    assert!(err.to_string().contains("exceeds"), "{err}");
+    // Datagrams are unreliable; loopback does not lose them, so one is enough.
+    conn.send_datagram(Bytes::from_static(b"media frame"))
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), srv)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&got[..], b"media frame");
+}
+
+/// F7 over real sockets: the receiver closes its window for 2 s mid-transfer (a handover);
+/// the transfer completes byte for byte; the sender sees the window events.
+#[tokio::test]
+async fn window_close_handover_over_real_sockets() {
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    let size = 20 << 20;
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        let mut flow = conn.accept_uni().await.unwrap();
+        let mut got = Vec::with_capacity(size);
+        let mut buf = vec![0u8; 1 << 16];
+        let mut closed_at = None;
+        loop {
+            let n = flow.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if closed_at.is_none() && got.len() > size / 4 {
+                conn.close_window(1, b"handover");
+                closed_at = Some(got.len());
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                conn.open_window();
+            }
+        }
+        got
+    });
+    let conn = client().connect(addr, Some(key)).await.unwrap();
+    let mut events = conn.events();
+    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let mut flow = conn.open_uni().await.unwrap();
+    let start = tokio::time::Instant::now();
+    flow.write_all(&data).await.unwrap();
+    flow.finish().unwrap();
+    flow.finished().await.unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "the transfer waited for the window"
+    );
+    let got = tokio::time::timeout(Duration::from_secs(20), srv)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got == data, "every byte arrived in order");
+    let mut saw_close = false;
+    let mut saw_open = false;
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(100), events.next()).await {
+        match e {
+            Event::WindowClosed { local: false, .. } => saw_close = true,
+            Event::WindowOpened { local: false } => saw_open = true,
+            _ => {}
+        }
+    }
+    assert!(saw_close && saw_open, "close {saw_close} open {saw_open}");
+    let probes = conn.stats().window_probes;
+    assert!((1..=12).contains(&probes), "{probes} polls while closed");
+}
