@@ -263,6 +263,7 @@ fn frames(corpus: &mut Corpus) {
                 total_len: 10,
                 offset: 4,
                 deadline_us: Some(250_000),
+                reply_to: Some(3),
                 data: b"msg!",
             }),
         ),
@@ -329,8 +330,15 @@ fn frames(corpus: &mut Corpus) {
     corpus.put(t, "all-frames", &all);
 
     let mut buf = Vec::new();
-    encode_ack(0, 1_000, [900..=1_000, 500..=800, 3..=10], 16, 200, &mut buf)
-        .expect("ack fits");
+    encode_ack(
+        0,
+        1_000,
+        [900..=1_000, 500..=800, 3..=10],
+        16,
+        200,
+        &mut buf,
+    )
+    .expect("ack fits");
     corpus.put(t, "ack", &buf);
     let mut both = buf.clone();
     buf.clear();
@@ -382,8 +390,7 @@ fn endpoint_recv(corpus: &mut Corpus) {
     corpus.put(t, "xx-initial", &xx[0]);
     // A short-header datagram for a connection the server does not have: stateless reset.
     let mut buf = Vec::new();
-    ShortHeader::new(ConnectionId::from_array([0xd4; 8]), 0, false, 7, None, None)
-        .encode(&mut buf);
+    ShortHeader::new(ConnectionId::from_array([0xd4; 8]), 0, false, 7, None, None).encode(&mut buf);
     buf.extend_from_slice(&[0x99; 40]);
     corpus.put(t, "unknown-cid", &buf);
     // An Initial of an unknown version, padded: Version Negotiation.
@@ -419,7 +426,11 @@ mod op {
     use super::script::*;
 
     pub fn raw(to_client: bool, d: &[u8]) -> Vec<u8> {
-        let mut v = vec![if to_client { RAW_TO_CLIENT } else { RAW_TO_SERVER }];
+        let mut v = vec![if to_client {
+            RAW_TO_CLIENT
+        } else {
+            RAW_TO_SERVER
+        }];
         v.extend_from_slice(&u16::try_from(d.len()).expect("short").to_be_bytes());
         v.extend_from_slice(d);
         v
@@ -469,8 +480,12 @@ fn endpoint_handshake(corpus: &mut Corpus) {
                 op::write(false, 0, 3000),
                 op::finish(false, 0),
                 op::exchange(),
+                op::advance(5),
+                op::exchange(),
                 op::write(true, 0, 2000),
                 op::finish(true, 0),
+                op::exchange(),
+                op::advance(5),
                 op::exchange(),
                 op::close(false, 0),
                 op::exchange(),
@@ -539,7 +554,11 @@ fn endpoint_handshake(corpus: &mut Corpus) {
         ),
     ];
     for (name, ops) in seeds {
-        corpus.put(t, name, &ops.concat());
+        let input = ops.concat();
+        // Each seed does what it is named for: show it.
+        let outcome = script::run_traced(&input);
+        println!("{t}/{name}: {outcome:?}");
+        corpus.put(t, name, &input);
     }
     // No seed injects a datagram captured from a real run: keys are deterministic, so it
     // would authenticate and carry bytes that are not the pattern the checks expect.

@@ -129,7 +129,10 @@ pub fn run(data: &[u8]) {
         match server.poll_timeout() {
             Some(t) if t <= end => {
                 stuck = if t <= now { stuck + 1 } else { 0 };
-                assert!(stuck < MAX_STUCK, "timer at {t:?} stays due after handle_timeout");
+                assert!(
+                    stuck < MAX_STUCK,
+                    "timer at {t:?} stays due after handle_timeout"
+                );
                 now = now.max(t);
                 server.handle_timeout(now);
                 sent += out(&mut server, now);

@@ -35,6 +35,7 @@
 //! - Every byte either side reads on a flow is the byte the other side wrote at that offset
 //!   (writers send [`pattern`] bytes). Forged datagrams cannot authenticate and real ones
 //!   may be lost, repeated or reordered, so anything else is a bug.
+//! - A flow read to its end (FIN) ends exactly where its writer stopped writing.
 //! - Neither connection ends with a protocol or transport error, a refusal or a version
 //!   mismatch: both ends are tern, and the fuzzer holds no keys, so such an end means that
 //!   tern sent something tern rejects, or that an unauthenticated datagram killed a
@@ -45,9 +46,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tern_proto::{
-    ConnectionError, ConnectionHandle, Dir, Endpoint, Event, FlowId, ReadError,
-};
+use tern_proto::{ConnectionError, ConnectionHandle, Dir, Endpoint, Event, FlowId, ReadError};
 
 use crate::recv::MAX_STUCK;
 use crate::{client_config, drain_transmits, epoch, server_config, CLIENT, CLIENT_REBOUND, SERVER};
@@ -151,6 +150,12 @@ struct Peer {
     written: HashMap<FlowId, u64>,
     /// Next offset to read, per flow.
     read: HashMap<FlowId, u64>,
+    /// Read buffer.
+    buf: Vec<u8>,
+    /// How the connection ended, if it did.
+    closed: Option<String>,
+    /// Flows read to their end, and where that end was.
+    finished: HashMap<FlowId, u64>,
     name: &'static str,
 }
 
@@ -163,6 +168,9 @@ impl Peer {
             readable: Vec::new(),
             written: HashMap::new(),
             read: HashMap::new(),
+            buf: vec![0; 16 * 1024],
+            closed: None,
+            finished: HashMap::new(),
             name,
         }
     }
@@ -173,13 +181,15 @@ impl Peer {
 
     /// Drains events, accepts flows, reads and checks everything readable.
     fn service(&mut self) {
-        let mut buf = vec![0u8; 64 * 1024];
         while let Some((h, event)) = self.ep.poll_event() {
             if Some(h) != self.conn {
                 continue;
             }
             match event {
-                Event::Closed(e) => check_close(self.name, &e),
+                Event::Closed(e) => {
+                    check_close(self.name, &e);
+                    self.closed = Some(format!("{e:?}"));
+                }
                 Event::Drained => self.conn = None,
                 _ => {}
             }
@@ -200,11 +210,11 @@ impl Peer {
             }
         }
         for &id in &self.readable {
-            for _ in 0..64 {
-                match conn.read(id, &mut buf) {
+            for _ in 0..256 {
+                match conn.read(id, &mut self.buf) {
                     Ok(Some(n)) => {
                         let at = self.read.entry(id).or_insert(0);
-                        for (i, &b) in buf[..n].iter().enumerate() {
+                        for (i, &b) in self.buf[..n].iter().enumerate() {
                             let offset = *at + i as u64;
                             assert_eq!(
                                 b,
@@ -215,7 +225,12 @@ impl Peer {
                         }
                         *at += n as u64;
                     }
-                    Ok(None) | Err(_) => break,
+                    Ok(None) => {
+                        let end = self.read.get(&id).copied().unwrap_or(0);
+                        self.finished.insert(id, end);
+                        break;
+                    }
+                    Err(_) => break,
                 }
             }
         }
@@ -265,17 +280,29 @@ impl Net {
         });
     }
 
-    fn to_server(&mut self, from: SocketAddr, mut d: Vec<u8>) {
+    fn send_to_server(&mut self, from: SocketAddr, mut d: Vec<u8>) {
         self.server.ep.handle(self.now, from, &mut d);
     }
 
-    fn to_client(&mut self, mut d: Vec<u8>) {
+    fn send_to_client(&mut self, mut d: Vec<u8>) {
         self.client.ep.handle(self.now, SERVER, &mut d);
     }
 
     fn service(&mut self) {
         self.client.service();
         self.server.service();
+        // A flow read to its end (FIN) ends where its writer stopped: writes after `finish`
+        // are refused, so anything else is lost or invented data.
+        for (reader, writer) in [(&self.client, &self.server), (&self.server, &self.client)] {
+            for (id, &end) in &reader.finished {
+                let written = writer.written.get(id).copied().unwrap_or(0);
+                assert_eq!(
+                    end, written,
+                    "{} read flow {id:?} to its end at {end}, but {} wrote {written} bytes",
+                    reader.name, writer.name
+                );
+            }
+        }
     }
 
     /// Pumps and delivers both ways until nothing moves (bounded).
@@ -286,10 +313,10 @@ impl Net {
                 return;
             }
             while let Some(d) = self.c2s.pop_front() {
-                self.to_server(self.client_seen_as, d);
+                self.send_to_server(self.client_seen_as, d);
             }
             while let Some(d) = self.s2c.pop_front() {
-                self.to_client(d);
+                self.send_to_client(d);
             }
             self.service();
         }
@@ -318,7 +345,11 @@ impl Net {
     }
 
     fn deliver(&mut self, to_client: bool, fate: u8, arg: u16) {
-        let queue = if to_client { &mut self.s2c } else { &mut self.c2s };
+        let queue = if to_client {
+            &mut self.s2c
+        } else {
+            &mut self.c2s
+        };
         let Some(mut d) = queue.pop_front() else {
             return;
         };
@@ -327,9 +358,9 @@ impl Net {
             fate::DROP => return,
             fate::DUPLICATE => {
                 if to_client {
-                    self.to_client(d.clone());
+                    self.send_to_client(d.clone());
                 } else {
-                    self.to_server(from, d.clone());
+                    self.send_to_server(from, d.clone());
                 }
             }
             fate::FLIP if !d.is_empty() => {
@@ -352,9 +383,9 @@ impl Net {
             _ => {}
         }
         if to_client {
-            self.to_client(d);
+            self.send_to_client(d);
         } else {
-            self.to_server(from, d);
+            self.send_to_server(from, d);
         }
     }
 
@@ -364,9 +395,9 @@ impl Net {
                 let len = usize::from(input.u16()) % 1501;
                 let d = input.bytes(len).to_vec();
                 if op % OPS == RAW_TO_SERVER {
-                    self.to_server(self.client_seen_as, d);
+                    self.send_to_server(self.client_seen_as, d);
                 } else {
-                    self.to_client(d);
+                    self.send_to_client(d);
                 }
             }
             OPEN => {
@@ -477,24 +508,52 @@ fn established() -> Net {
     };
     net.client.conn = Some(c);
     net.exchange();
-    let s = net.server.ep.accept().expect("the server accepted the client");
+    let s = net
+        .server
+        .ep
+        .accept()
+        .expect("the server accepted the client");
     net.server.conn = Some(s);
     net.service();
     for p in [&net.client, &net.server] {
-        let conn = p.ep.connection(p.conn.expect("handle")).expect("connection");
+        let conn =
+            p.ep.connection(p.conn.expect("handle"))
+                .expect("connection");
         assert!(conn.is_established(), "{} not established", p.name);
     }
     net
 }
 
+/// What a run did, for checking that seeds reach what they are meant to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Operations executed.
+    pub ops: usize,
+    /// Bytes written (taken by `write`), client then server.
+    pub written: [u64; 2],
+    /// Bytes read and checked against the pattern, client then server.
+    pub read: [u64; 2],
+    /// How each connection ended, if it did (`Debug` of the error), client then server.
+    pub closed: [Option<String>; 2],
+    /// Virtual time the run covered.
+    pub elapsed: Duration,
+}
+
 /// The target.
 pub fn run(data: &[u8]) {
+    run_traced(data);
+}
+
+/// The target, reporting what it did.
+pub fn run_traced(data: &[u8]) -> Outcome {
     let mut net = established();
     let mut input = Input(data);
+    let mut ops = 0;
     while let Some((&op, rest)) = input.0.split_first() {
         input.0 = rest;
         net.step(op, &mut input);
         net.service();
+        ops += 1;
     }
     // Let it play out on a clean network.
     let mut stuck = 0;
@@ -505,5 +564,13 @@ pub fn run(data: &[u8]) {
         assert!(stuck < MAX_STUCK, "a timer stays due after handle_timeout");
         net.advance_to(t);
         net.service();
+    }
+    let peers = [&net.client, &net.server];
+    Outcome {
+        ops,
+        written: peers.map(|p| p.written.values().sum()),
+        read: peers.map(|p| p.read.values().sum()),
+        closed: peers.map(|p| p.closed.clone()),
+        elapsed: net.now - epoch(),
     }
 }
