@@ -834,7 +834,8 @@ impl Connection {
 
     pub(crate) fn on_message_skipped(&mut self, s: crate::message::recv::Skipped) {
         self.stats.messages_expired_received += 1;
-        self.flows.on_consumed(s.bytes);
+        self.flows.data_received += s.counted;
+        self.flows.on_consumed(s.release);
         self.events.push_back(Event::MessageExpired {
             id: s.id,
             by_sender: false,

@@ -310,8 +310,9 @@ impl Connection {
                 self.flight = None;
             }
             Frame::Message(m) => self.on_message_fragment(now, m)?,
-            Frame::MessageSkip { msg_id } => {
-                if let Some(s) = self.messages_in.on_skip(crate::message::MessageId(msg_id)) {
+            Frame::MessageSkip { msg_id, credit } => {
+                let id = crate::message::MessageId(msg_id);
+                if let Some(s) = self.messages_in.on_skip(id, credit) {
                     self.on_message_skipped(s);
                     if !self.messages_in.ready.is_empty() {
                         self.events.push_back(Event::MessageReceived);
@@ -319,7 +320,7 @@ impl Connection {
                 }
             }
             Frame::Datagram { data } => {
-                if self.config.max_datagram_size_in == 0 {
+                if data.len() as u64 > self.config.max_datagram_size_in {
                     return Err((
                         TransportErrorCode::PROTOCOL_VIOLATION,
                         "datagram not accepted",
@@ -369,6 +370,12 @@ impl Connection {
         now: Instant,
         m: wire::MessageFrame<'_>,
     ) -> Result<(), FrameError> {
+        if m.ordered != crate::message::MessageId(m.msg_id).is_ordered() {
+            return Err((
+                TransportErrorCode::PROTOCOL_VIOLATION,
+                "message ordered flag contradicts its ID",
+            ));
+        }
         // The receiver's deadline: the time left when the fragment was sent, less the
         // one-way trip it has made (estimated as half the smoothed RTT). It errs early,
         // never late, on symmetric paths.
@@ -388,7 +395,10 @@ impl Connection {
                 deadline,
                 m.reply_to.map(crate::message::MessageId),
                 m.priority,
-                self.config.max_message_size,
+                // What we advertised (docs/PROTOCOL.md §8).
+                self.config
+                    .max_message_size
+                    .min(self.config.flows.connection_window),
             )
             .map_err(|e| match e {
                 crate::message::recv::MessageRecvError::TooLarge => (

@@ -255,11 +255,15 @@ impl Connection {
             self.window.status_at = Some(now + wait);
         }
         while room(buf) {
-            let Some(id) = self.messages_out.skips.pop_front() else {
+            let Some((id, credit)) = self.messages_out.skips.pop_front() else {
                 break;
             };
-            Frame::MessageSkip { msg_id: id.0 }.encode(buf);
-            frames.push(SentFrame::MessageSkip(id));
+            Frame::MessageSkip {
+                msg_id: id.0,
+                credit,
+            }
+            .encode(buf);
+            frames.push(SentFrame::MessageSkip(id, credit));
         }
         if self.handshake_done_pending && room(buf) {
             Frame::HandshakeDone.encode(buf);
@@ -582,7 +586,9 @@ impl Connection {
                 SentFrame::Message { id, offset, len } => {
                     self.messages_out.on_lost(id, offset, u64::from(len));
                 }
-                SentFrame::MessageSkip(id) => self.messages_out.skips.push_back(id),
+                SentFrame::MessageSkip(id, credit) => {
+                    self.messages_out.skips.push_back((id, credit))
+                }
                 SentFrame::WindowState => self.window.update_pending = true,
             }
         }

@@ -1,4 +1,4 @@
-//! Messages (DESIGN.md F5, docs/PROTOCOL.md §9.14): framed payloads of any size up to a
+//! Messages (DESIGN.md F5, docs/PROTOCOL.md §9.17): framed payloads of any size up to a
 //! negotiated limit, fragmented to the path MTU and delivered whole or not at all; ordered or
 //! unordered; fully reliable or reliable until a deadline, after which the sender stops
 //! resending and the receiver skips them; with a priority (higher leaves first, resends

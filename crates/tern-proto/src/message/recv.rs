@@ -24,8 +24,10 @@ pub(crate) struct Skipped {
     pub(crate) id: MessageId,
     /// How far past its deadline it was when skipped (zero when the sender gave it up).
     pub(crate) late_by: Duration,
-    /// Bytes of it that had been received (credit to give back).
-    pub(crate) bytes: u64,
+    /// Connection credit newly counted for it (a message never seen, skipped by the sender).
+    pub(crate) counted: u64,
+    /// Connection credit to give back now.
+    pub(crate) release: u64,
 }
 
 /// Why a fragment was refused.
@@ -62,8 +64,9 @@ impl MessageReceiver {
         self.finished[kind].insert(id.seq()..id.seq() + 1);
     }
 
-    /// Takes one fragment. Returns the bytes newly held (for connection credit). `deadline`
-    /// is the receiver's estimate of the message's deadline.
+    /// Takes one fragment. Returns the connection credit newly counted: a message's whole
+    /// size when its first fragment arrives (the sender counted it whole when it started it),
+    /// then nothing. `deadline` is the receiver's estimate of the message's deadline.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_fragment(
         &mut self,
@@ -82,6 +85,11 @@ impl MessageReceiver {
         if self.is_finished(id) {
             return Ok(0);
         }
+        let counted = if self.partial.contains_key(&id) {
+            0
+        } else {
+            total
+        };
         let m = self.partial.entry(id).or_insert_with(|| InMessage {
             total,
             received: RangeSet::new(),
@@ -98,6 +106,9 @@ impl MessageReceiver {
             m.deadline = Some(m.deadline.map_or(d, |old| old.min(d)));
         }
         let end = offset + data.len() as u64;
+        if end > m.total {
+            return Err(MessageRecvError::Inconsistent);
+        }
         let mut new = 0;
         let mut cursor = offset;
         let holes: Vec<(u64, u64)> = {
@@ -151,7 +162,7 @@ impl MessageReceiver {
                 }
             }
         }
-        Ok(new)
+        Ok(counted)
     }
 
     fn release_ordered(&mut self) {
@@ -168,27 +179,53 @@ impl MessageReceiver {
         }
     }
 
-    /// The sender gave a message up (MessageSkip).
-    pub(crate) fn on_skip(&mut self, id: MessageId) -> Option<Skipped> {
+    /// The sender gave a message up (MessageSkip carrying the credit it counted for it).
+    pub(crate) fn on_skip(&mut self, id: MessageId, credit: u64) -> Option<Skipped> {
         if self.is_finished(id) {
             return None;
         }
-        self.drop_message(id, Duration::ZERO)
+        if self.partial.contains_key(&id) {
+            return self.drop_message(id, Duration::ZERO);
+        }
+        // Never seen: count and release what the sender counted, so both ends agree.
+        self.mark_finished(id);
+        if id.is_ordered() {
+            self.ordered_done.insert(id.seq(), None);
+            self.release_ordered();
+        }
+        Some(Skipped {
+            id,
+            late_by: Duration::ZERO,
+            counted: credit,
+            release: credit,
+        })
     }
 
+    /// Drops a message that was seen (partial, or complete and waiting in order).
     fn drop_message(&mut self, id: MessageId, late_by: Duration) -> Option<Skipped> {
-        let bytes = self.partial.remove(&id).map_or(0, |m| m.received.total());
+        let (bytes, total) = match self.partial.remove(&id) {
+            Some(m) => (m.received.total(), m.total),
+            None => match self.ordered_done.get(&id.seq()) {
+                Some(Some((msg, _))) => (msg.data.len() as u64, msg.data.len() as u64),
+                _ => (0, 0),
+            },
+        };
         self.held -= bytes;
         self.mark_finished(id);
         if id.is_ordered() {
             self.ordered_done.insert(id.seq(), None);
             self.release_ordered();
         }
-        Some(Skipped { id, late_by, bytes })
+        Some(Skipped {
+            id,
+            late_by,
+            counted: 0,
+            release: total,
+        })
     }
 
-    /// Skips messages whose deadline passed: incomplete ones, and complete ordered ones held
-    /// back by an earlier gap, which are delivered now rather than late (the gap is skipped).
+    /// Skips messages whose deadline passed: incomplete ones, and complete ordered ones still
+    /// waiting for an earlier one.
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<Skipped> {
         let mut out = Vec::new();
         let due: Vec<(MessageId, Instant)> = self
@@ -199,23 +236,19 @@ impl MessageReceiver {
         for (id, d) in due {
             out.extend(self.drop_message(id, now - d));
         }
-        // A complete ordered message waiting for earlier ones: deliver it before it is late
-        // by giving up the gap before it.
-        let waiting_due = self
+        // A complete ordered message still waiting for an earlier one at its deadline can
+        // no longer be delivered in order and on time: it is dropped. (Earlier messages are
+        // never skipped on the receiver's own account: one without a deadline must arrive.)
+        let waiting_due: Vec<(u64, Instant)> = self
             .ordered_done
             .iter()
-            .filter(|(_, m)| m.as_ref().is_some_and(|(_, d)| d.is_some_and(|d| d <= now)))
-            .map(|(seq, _)| *seq)
-            .next_back();
-        if let Some(seq) = waiting_due {
-            for gap in self.next_ordered..seq {
-                if self.ordered_done.contains_key(&gap) {
-                    continue;
-                }
-                let id = MessageId::new(true, gap);
-                out.extend(self.drop_message(id, Duration::ZERO));
-            }
-            self.release_ordered();
+            .filter_map(|(seq, m)| {
+                let d = m.as_ref()?.1?;
+                (d <= now).then_some((*seq, d))
+            })
+            .collect();
+        for (seq, d) in waiting_due {
+            out.extend(self.drop_message(MessageId::new(true, seq), now - d));
         }
         out
     }
@@ -275,8 +308,12 @@ mod tests {
             .unwrap();
         r.on_fragment(o1, 2, 0, b"ok", None, None, 3, 100).unwrap();
         assert!(r.ready.is_empty());
-        let s = r.on_skip(o0).unwrap();
-        assert_eq!(s.bytes, 5);
+        let s = r.on_skip(o0, 10).unwrap();
+        assert_eq!(
+            (s.counted, s.release),
+            (0, 10),
+            "seen: counted at its first fragment"
+        );
         assert_eq!(r.ready.len(), 1);
         assert_eq!(r.ready[0].id, o1);
         // Late fragments of a skipped message are ignored.
@@ -306,21 +343,37 @@ mod tests {
     }
 
     #[test]
-    fn a_complete_ordered_message_is_not_held_past_its_deadline() {
+    fn a_complete_ordered_message_is_never_delivered_late() {
         let t = t0();
         let mut r = MessageReceiver::default();
         let (o0, o1) = (MessageId::new(true, 0), MessageId::new(true, 1));
         let d = t + Duration::from_millis(20);
-        r.on_fragment(o1, 2, 0, b"ok", Some(d), None, 3, 100)
-            .unwrap();
+        assert_eq!(r.on_fragment(o1, 2, 0, b"ok", Some(d), None, 3, 100), Ok(2));
         assert!(r.ready.is_empty(), "waits for o0");
         assert_eq!(r.next_deadline(), Some(d));
         let skipped = r.expire(d);
-        assert_eq!(skipped.iter().map(|s| s.id).collect::<Vec<_>>(), vec![o0]);
-        assert_eq!(r.ready.len(), 1, "delivered at its deadline, not after");
-        assert_eq!(r.ready[0].id, o1);
-        // o0 arriving now is ignored.
-        assert_eq!(r.on_fragment(o0, 1, 0, b"x", None, None, 3, 100), Ok(0));
+        assert_eq!(
+            skipped
+                .iter()
+                .map(|s| (s.id, s.release))
+                .collect::<Vec<_>>(),
+            vec![(o1, 2)]
+        );
+        // o0 (no deadline) still arrives and is delivered; o1 never is.
+        r.on_fragment(o0, 1, 0, b"x", None, None, 3, 100).unwrap();
+        assert_eq!(r.ready.iter().map(|m| m.id).collect::<Vec<_>>(), vec![o0]);
+        assert_eq!(r.held, 0);
+    }
+
+    #[test]
+    fn a_skip_for_an_unseen_message_accounts_its_credit() {
+        let mut r = MessageReceiver::default();
+        let s = r.on_skip(MessageId::new(false, 4), 700).unwrap();
+        assert_eq!((s.counted, s.release), (700, 700));
+        assert!(
+            r.on_skip(MessageId::new(false, 4), 700).is_none(),
+            "only once"
+        );
     }
 
     #[test]

@@ -68,8 +68,9 @@ pub(crate) struct MessageSender {
     /// Started messages not yet acknowledged or given up, per priority.
     active: [usize; PRIORITIES],
     next_seq: [u64; 2],
-    /// Abandoned messages whose MessageSkip must be (re)sent.
-    pub(crate) skips: VecDeque<MessageId>,
+    /// Abandoned messages whose MessageSkip must be (re)sent, with the credit counted for
+    /// each (its size if it was started, else 0).
+    pub(crate) skips: VecDeque<(MessageId, u64)>,
 }
 
 impl MessageSender {
@@ -226,12 +227,10 @@ impl MessageSender {
             self.queued[p].retain(|x| x != id);
             if started {
                 self.active[p] = self.active[p].saturating_sub(1);
-                // The receiver may hold part of it: tell it to skip.
-                self.skips.push_back(*id);
-            } else {
-                // Never sent: the receiver still expects its number (ordered), so skip too.
-                self.skips.push_back(*id);
             }
+            // Even a message never sent needs a skip: the receiver expects its number (ordered).
+            let credit = if m.reserved { m.total() } else { 0 };
+            self.skips.push_back((*id, credit));
         }
         expired
     }
@@ -307,7 +306,11 @@ mod tests {
         assert!(s.expire(t + Duration::from_millis(10)).is_empty());
         let gone = s.expire(t + Duration::from_millis(60));
         assert_eq!(gone, vec![(id, Duration::from_millis(10))]);
-        assert_eq!(s.skips.front(), Some(&id));
+        assert_eq!(
+            s.skips.front(),
+            Some(&(id, 0)),
+            "never started: no credit taken"
+        );
         assert!(s.next_fragment(t, 1000, u64::MAX).is_none());
     }
 

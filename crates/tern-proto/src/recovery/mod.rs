@@ -38,7 +38,7 @@ pub(crate) enum SentFrame {
         offset: u64,
         len: u32,
     },
-    MessageSkip(crate::message::MessageId),
+    MessageSkip(crate::message::MessageId, u64),
     /// A WindowClose or WindowOpen (the current state is resent if lost).
     WindowState,
 }

@@ -431,14 +431,17 @@ pub enum Frame<'a> {
     WindowOpen,
     /// 0x18: the sender polls a closed window (F7).
     WindowStatus,
-    /// 0x19: a message fragment (F5, codec only).
+    /// 0x19: a message fragment (F5).
     Message(MessageFrame<'a>),
-    /// 0x1a: the sender abandoned a message after its deadline (F5, codec only).
+    /// 0x1a: the sender abandoned a message after its deadline (F5).
     MessageSkip {
         /// Abandoned message.
         msg_id: u64,
+        /// Connection credit the sender counted for it (its whole size if it was started, 0
+        /// if not), so that both ends account the same bytes even if none arrived.
+        credit: u64,
     },
-    /// 0x1b: an unreliable datagram (F6, codec only).
+    /// 0x1b: an unreliable datagram (F6).
     Datagram {
         /// Datagram bytes.
         data: &'a [u8],
@@ -631,6 +634,7 @@ impl<'a> Frame<'a> {
             ty::MESSAGE => Frame::Message(MessageFrame::decode_body(r)?),
             ty::MESSAGE_SKIP => Frame::MessageSkip {
                 msg_id: r.varint()?,
+                credit: r.varint()?,
             },
             ty::DATAGRAM => Frame::Datagram {
                 data: r.len_prefixed(usize::MAX)?,
@@ -806,7 +810,7 @@ impl<'a> Frame<'a> {
                 reason_code,
                 reason,
             } => vl(*reason_code) + len_prefixed_len(reason.len().min(MAX_REASON_LEN)),
-            Frame::MessageSkip { msg_id } => vl(*msg_id),
+            Frame::MessageSkip { msg_id, credit } => vl(*msg_id) + vl(*credit),
             Frame::Datagram { data } => len_prefixed_len(data.len()),
             Frame::PathChallenge { .. } | Frame::PathResponse { .. } => 8,
             Frame::AddAddress { seq, addr } => vl(*seq) + addr_len(addr),
@@ -905,7 +909,10 @@ impl<'a> Frame<'a> {
                 buf.put_varint(*reason_code);
                 buf.put_len_prefixed(capped(reason, MAX_REASON_LEN));
             }
-            Frame::MessageSkip { msg_id } => buf.put_varint(*msg_id),
+            Frame::MessageSkip { msg_id, credit } => {
+                buf.put_varint(*msg_id);
+                buf.put_varint(*credit);
+            }
             Frame::Datagram { data } => buf.put_len_prefixed(data),
             Frame::PathChallenge { data } | Frame::PathResponse { data } => buf.put_slice(data),
             Frame::AddAddress { seq, addr } => {
@@ -1436,7 +1443,10 @@ pub(crate) mod tests {
                         data: bytes,
                     })
                 }
-                17 => Frame::MessageSkip { msg_id: a },
+                17 => Frame::MessageSkip {
+                    msg_id: a,
+                    credit: b,
+                },
                 18 => Frame::Datagram { data: bytes },
                 19 => Frame::PathChallenge { data: arr8 },
                 20 => Frame::PathResponse { data: arr8 },
