@@ -197,6 +197,10 @@ pub struct BulkSender {
     /// Close the connection once every flow is acknowledged.
     pub close_when_done: bool,
     closed: bool,
+    /// Messages to send once connected: (size ≥ 8, options). Message i carries i in its
+    /// first 8 bytes and the payload pattern of "flow" 1000 + i after that.
+    pub messages: Vec<(usize, tern_proto::MessageOptions)>,
+    messages_sent: bool,
 }
 
 impl BulkSender {
@@ -213,6 +217,8 @@ impl BulkSender {
             error: None,
             close_when_done: false,
             closed: false,
+            messages: Vec::new(),
+            messages_sent: false,
         }
     }
 }
@@ -256,7 +262,19 @@ impl App for BulkSender {
                 *finished = true;
             }
         }
-        if self.close_when_done && !self.closed && self.finished == self.sizes.len() {
+        if !self.messages_sent && conn.is_established() {
+            self.messages_sent = true;
+            for (i, (size, opts)) in self.messages.iter().enumerate() {
+                conn.send_message(now, message_payload(i as u64, *size), *opts)
+                    .expect("message within the peer's limits");
+            }
+        }
+        if self.close_when_done
+            && !self.closed
+            && self.finished == self.sizes.len()
+            && self.messages_sent
+            && conn.outstanding_messages() == 0
+        {
             self.closed = true;
             conn.close(now, 0, b"done");
         }
@@ -275,6 +293,20 @@ impl App for BulkSender {
     fn is_done(&self) -> bool {
         self.error.is_some() || self.finished == self.sizes.len()
     }
+}
+
+/// The payload of test message `index`: its index, then a pattern.
+pub fn message_payload(index: u64, size: usize) -> Bytes {
+    let mut v = Vec::with_capacity(size.max(8));
+    v.extend_from_slice(&index.to_be_bytes());
+    let rest = size.saturating_sub(8);
+    let mut off = 0;
+    while v.len() < 8 + rest {
+        let chunk = payload_slice(1000 + index, off, 8 + rest - v.len());
+        off += chunk.len() as u64;
+        v.extend_from_slice(&chunk);
+    }
+    Bytes::from(v)
 }
 
 /// Per-flow progress seen by the receiver.
@@ -304,6 +336,14 @@ pub struct VerifyingReceiver {
     pub accepted: Vec<ConnectionHandle>,
     /// Record the timeline (costs memory on long runs).
     pub record_timeline: bool,
+    /// Messages received whole: index → times received (must be 1).
+    pub messages: HashMap<u64, u32>,
+    /// Messages reported expired on this side.
+    pub messages_expired: usize,
+    /// A message whose content was wrong.
+    pub bad_message: Option<u64>,
+    /// Messages expected (done when all are received or expired).
+    pub expected_messages: usize,
     total: u64,
 }
 
@@ -318,6 +358,10 @@ impl VerifyingReceiver {
             corrupt: None,
             accepted: Vec::new(),
             record_timeline: false,
+            messages: HashMap::new(),
+            messages_expired: 0,
+            bad_message: None,
+            expected_messages: 0,
             total: 0,
         }
     }
@@ -331,6 +375,18 @@ impl VerifyingReceiver {
         let Some(conn) = ep.connection_mut(handle) else {
             return;
         };
+        while let Some(m) = conn.recv_message() {
+            let index = m
+                .data
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_be_bytes)
+                .unwrap_or(u64::MAX);
+            if index == u64::MAX || m.data != message_payload(index, m.data.len()) {
+                self.bad_message.get_or_insert(index);
+            }
+            *self.messages.entry(index).or_default() += 1;
+        }
         while let Some(id) = conn.accept_flow(Dir::Uni) {
             self.flows.entry(id.index()).or_default();
         }
@@ -384,8 +440,14 @@ impl App for VerifyingReceiver {
     }
 
     fn on_event(&mut self, now: Instant, ep: &mut Endpoint, conn: ConnectionHandle, event: Event) {
-        if let Event::FlowReadable(_) | Event::FlowOpened { .. } = event {
-            self.drain(now, ep, conn);
+        match event {
+            Event::FlowReadable(_) | Event::FlowOpened { .. } | Event::MessageReceived => {
+                self.drain(now, ep, conn)
+            }
+            Event::MessageExpired {
+                by_sender: false, ..
+            } => self.messages_expired += 1,
+            _ => {}
         }
     }
 
@@ -395,6 +457,7 @@ impl App for VerifyingReceiver {
             .filter(|p| p.finished_at.is_some())
             .count()
             >= self.expected_flows
+            && self.messages.len() + self.messages_expired >= self.expected_messages
     }
 }
 
@@ -479,6 +542,8 @@ pub struct Transfer {
     pub timeline: bool,
     /// The client closes the connection once every flow is acknowledged.
     pub close: bool,
+    /// Messages the client sends (see [`BulkSender::messages`]).
+    pub messages: Vec<(usize, tern_proto::MessageOptions)>,
 }
 
 /// The client and server addresses of a [`Transfer`].
@@ -498,6 +563,7 @@ impl Transfer {
             configure: |_| {},
             timeline: false,
             close: false,
+            messages: Vec::new(),
         }
     }
 
@@ -515,9 +581,11 @@ impl Transfer {
         let key = self.ik.then(|| server_ep.public_key());
         let mut sender = BulkSender::new(s, key, self.sizes.clone());
         sender.close_when_done = self.close;
+        sender.messages = self.messages.clone();
         let client = TernNode::new(Endpoint::new(client_cfg, now), c, sender);
         let mut rx = VerifyingReceiver::new(self.sizes.len());
         rx.record_timeline = self.timeline;
+        rx.expected_messages = self.messages.len();
         let server = TernNode::new(server_ep, s, rx);
         sim.add_host(PairHost::Client(client), &[c.ip()]);
         sim.add_host(PairHost::Server(server), &[s.ip()]);

@@ -73,6 +73,19 @@ fn run_seed(seed: u64) {
         })
         .collect();
     let total: u64 = sizes.iter().sum();
+    // Messages too: ordered or not, some with deadlines, random priorities.
+    let messages: Vec<(usize, tern_proto::MessageOptions)> = (0..rng.random_range(0..12))
+        .map(|_| {
+            let mut o = tern_proto::MessageOptions::default().priority(rng.random_range(0..8));
+            if rng.random_bool(0.5) {
+                o = o.unordered();
+            }
+            if rng.random_bool(0.3) {
+                o = o.deadline(Duration::from_millis(rng.random_range(50..2000)));
+            }
+            (rng.random_range(8..60_000), o)
+        })
+        .collect();
     if std::env::var("TERN_SEED").is_ok() {
         eprintln!("up {up:?}\ndown {down:?}");
     }
@@ -81,6 +94,7 @@ fn run_seed(seed: u64) {
     t.ik = rng.random_bool(0.5);
     t.close = rng.random_bool(0.5);
     t.configure = configure;
+    t.messages = messages.clone();
     let mut sim = t.build();
     let start = sim.now();
     if let Ok(at) = std::env::var("TERN_DUMP_AT") {
@@ -129,6 +143,27 @@ fn run_seed(seed: u64) {
         );
     }
     assert_eq!(server.corrupt, None, "{context}");
+    assert_eq!(
+        server.bad_message, None,
+        "a message arrived altered: {context}"
+    );
+    assert!(
+        server.messages.values().all(|n| *n == 1),
+        "a message arrived twice: {context}"
+    );
+    for (i, (_, opts)) in messages.iter().enumerate() {
+        if opts.deadline.is_none() {
+            assert!(
+                server.messages.contains_key(&(i as u64)),
+                "reliable message {i} lost: {context}"
+            );
+        }
+    }
+    assert_eq!(
+        server.messages.len() + server.messages_expired,
+        messages.len(),
+        "every message delivered or expired: {context}"
+    );
     assert_eq!(server.total(), total, "{context}");
     for (i, size) in sizes.iter().enumerate() {
         let got = server.flows.get(&(i as u64)).map_or(0, |p| p.received);

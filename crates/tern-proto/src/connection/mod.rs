@@ -476,6 +476,12 @@ impl Connection {
         Ok(self.messages_out.push(now, data, opts))
     }
 
+    /// Messages sent and not yet acknowledged in full nor given up at their deadline: zero
+    /// means everything sent has been dealt with (a "flush" check before closing).
+    pub fn outstanding_messages(&self) -> usize {
+        self.messages_out.outstanding()
+    }
+
     /// The next message received whole, if any.
     pub fn recv_message(&mut self) -> Option<crate::message::Message> {
         let msg = self.messages_in.ready.pop_front()?;

@@ -235,6 +235,11 @@ impl MessageSender {
         expired
     }
 
+    /// Messages not yet acknowledged in full nor given up.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.msgs.len()
+    }
+
     /// The earliest deadline among messages still being sent.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.msgs.values().filter_map(|m| m.deadline).min()
