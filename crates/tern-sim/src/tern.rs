@@ -99,6 +99,8 @@ pub struct TernNode<A: App> {
     pub app: A,
     addr: SocketAddr,
     buf: Vec<u8>,
+    /// Buffers of received datagrams, reused for sending.
+    pool: Vec<Vec<u8>>,
     started: bool,
 }
 
@@ -110,6 +112,7 @@ impl<A: App> TernNode<A> {
             app,
             addr,
             buf: Vec::with_capacity(2048),
+            pool: Vec::new(),
             started: false,
         }
     }
@@ -127,6 +130,10 @@ impl<A: App> TernNode<A> {
 impl<A: App> Node for TernNode<A> {
     fn handle(&mut self, now: Instant, mut dgram: Datagram) {
         self.endpoint.handle(now, dgram.src, &mut dgram.data);
+        // Keep the buffer for a datagram this node sends: no allocation per packet.
+        if self.pool.len() < 64 {
+            self.pool.push(dgram.data);
+        }
         self.pump(now);
     }
 
@@ -135,7 +142,8 @@ impl<A: App> Node for TernNode<A> {
             self.pump(now);
         }
         // The endpoint writes straight into the datagram's own buffer: no copy.
-        let mut data = std::mem::replace(&mut self.buf, Vec::with_capacity(2048));
+        let spare = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(2048));
+        let mut data = std::mem::replace(&mut self.buf, spare);
         data.clear();
         let Some(t) = self.endpoint.poll_transmit(now, &mut data) else {
             self.buf = data;

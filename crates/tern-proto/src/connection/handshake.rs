@@ -13,7 +13,7 @@ use super::{Connection, State};
 use crate::crypto::{Handshake, HandshakePattern};
 use crate::error::ConnectionError;
 use crate::event::Event;
-use crate::recovery::SentFrame;
+
 use crate::wire::{self, ConnectionId, TransportErrorCode, TransportParams, WriteExt};
 use crate::Side;
 
@@ -42,7 +42,7 @@ pub(crate) struct HandshakeState {
     /// identical Initials are believed.
     pub(crate) refusals: u32,
     /// Flow data carried in the first flight, acknowledged implicitly by the response.
-    pub(crate) first_flight: Vec<SentFrame>,
+    pub(crate) first_flight: crate::recovery::SentFrames,
 }
 
 /// A handshake datagram that is resent until the handshake is confirmed.
@@ -139,7 +139,7 @@ impl Connection {
             let ik = noise.pattern() == HandshakePattern::IK;
             let mut payload = Vec::with_capacity(1200);
             params_payload(&self.local_params, &mut payload);
-            let mut first_flight = Vec::new();
+            let mut first_flight = crate::recovery::SentFrames::new();
             if ik {
                 // IK encrypts the first message to the server's key: data may ride along.
                 let budget = 1200usize.saturating_sub(payload.len() + 200);

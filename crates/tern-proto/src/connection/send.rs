@@ -112,7 +112,7 @@ impl Connection {
         let header_len = buf.len() - start;
         let max_payload = mtu - header_len - TAG_LEN;
         let payload_start = buf.len();
-        let mut frames = Vec::new();
+        let mut frames = crate::recovery::SentFrames::new();
         let mut ack_eliciting = false;
 
         if close_only {
@@ -227,7 +227,7 @@ impl Connection {
         now: Instant,
         buf: &mut Vec<u8>,
         limit: usize,
-        frames: &mut Vec<SentFrame>,
+        frames: &mut crate::recovery::SentFrames,
     ) -> bool {
         let start = buf.len();
         let room = |buf: &Vec<u8>| limit.saturating_sub(buf.len()) >= 32;
@@ -331,7 +331,7 @@ impl Connection {
         now: Instant,
         buf: &mut Vec<u8>,
         limit: usize,
-        frames: &mut Vec<SentFrame>,
+        frames: &mut crate::recovery::SentFrames,
     ) {
         // Frame overhead: type, ID, flags, priority, lengths, offset, deadline, reply-to.
         const OVERHEAD: usize = 1 + 8 + 2 + 8 + 8 + 8 + 8 + 4;
@@ -370,7 +370,7 @@ impl Connection {
         &mut self,
         buf: &mut Vec<u8>,
         mut room: usize,
-        frames: &mut Vec<SentFrame>,
+        frames: &mut crate::recovery::SentFrames,
     ) {
         let mut visited = 0;
         let count = self.flows.ready.len();

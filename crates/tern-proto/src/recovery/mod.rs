@@ -53,8 +53,12 @@ pub(crate) struct SentPacket {
     pub(crate) in_flight: bool,
     /// Nothing else was waiting to be sent: the window was not the limit.
     pub(crate) app_limited: bool,
-    pub(crate) frames: Vec<SentFrame>,
+    /// Most packets carry one or two retransmittable frames: kept inline, no allocation.
+    pub(crate) frames: SentFrames,
 }
+
+/// The frames of one sent packet.
+pub(crate) type SentFrames = smallvec::SmallVec<[SentFrame; 3]>;
 
 /// The sender's record of one path's packet-number space.
 #[derive(Debug, Default)]
@@ -307,7 +311,7 @@ mod tests {
             ack_eliciting: true,
             in_flight: true,
             app_limited: false,
-            frames: Vec::new(),
+            frames: SentFrames::new(),
         }
     }
 
