@@ -129,9 +129,10 @@ pub(crate) async fn compare_local(bytes: u64, time: Option<f64>) -> Result<()> {
         took,
         cpu,
         &format!(
-            "  (encrypted; lost {} pkts; GSO {} segments/send)",
+            "  (encrypted; lost {} pkts; GSO {} segments/send, GRO {} segments/receive)",
             s.packets_lost,
-            ep.gso_segments()
+            ep.gso_segments(),
+            ep.gro_segments()
         ),
     );
     conn.close(0, b"");

@@ -95,10 +95,15 @@ pub(crate) struct Inner {
     /// The driver stopped (socket error or endpoint dropped): why.
     pub(crate) dead: Option<String>,
     pub(crate) gso_segments: usize,
+    pub(crate) gro_segments: usize,
 }
 
 impl Inner {
-    pub(crate) fn new(proto: tern_proto::Endpoint, gso_segments: usize) -> Self {
+    pub(crate) fn new(
+        proto: tern_proto::Endpoint,
+        gso_segments: usize,
+        gro_segments: usize,
+    ) -> Self {
         Self {
             proto,
             conns: HashMap::new(),
@@ -108,6 +113,7 @@ impl Inner {
             upcalls: Vec::new(),
             dead: None,
             gso_segments,
+            gro_segments,
         }
     }
 

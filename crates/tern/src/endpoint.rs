@@ -80,7 +80,7 @@ impl Endpoint {
         let gso = socket.max_gso_segments();
         tracing::debug!(%local, gso, gro = socket.gro_segments(), "endpoint bound");
         let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner::new(proto, gso)),
+            inner: Mutex::new(Inner::new(proto, gso, socket.gro_segments())),
             wake: tokio::sync::Notify::new(),
         });
         tokio::spawn(driver::drive(shared.clone(), socket));
@@ -112,9 +112,14 @@ impl Endpoint {
         self.public_key
     }
 
-    /// Whether UDP GSO batches are used for sending (more than one segment per send).
+    /// Segments one UDP GSO send may carry (1: no GSO).
     pub fn gso_segments(&self) -> usize {
         self.shared.lock().gso_segments
+    }
+
+    /// Segments one receive may coalesce with GRO (1: no GRO).
+    pub fn gro_segments(&self) -> usize {
+        self.shared.lock().gro_segments
     }
 
     /// Connects to `addr`. With the server's key the handshake is Noise IK (one round trip);
