@@ -1,0 +1,260 @@
+//! Agents: the programs that run inside the namespaces. The collector re-invokes this binary
+//! (`tern-bench agent --spec JSON`) through `ip netns exec`; a server prints one [`Ready`]
+//! line and serves until killed, a client runs its workload and prints one
+//! [`ClientReport`] line. Every agent exits by itself at its deadline.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use crate::proto::{mux, quic, stream, tcp, ternp, udp};
+use crate::spec::{AgentSpec, ClientReport, Proto, Ready, Role, Work};
+
+fn print_line(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, v)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// CPU seconds (user + system) of this process so far.
+pub fn cpu_seconds() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(u) => {
+            let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+            t(u.user_time()) + t(u.system_time())
+        }
+        Err(_) => 0.0,
+    }
+}
+
+fn stream_transport(spec: &AgentSpec) -> anyhow::Result<Box<dyn stream::Transport>> {
+    Ok(match spec.proto {
+        Proto::Tcp => Box::new(tcp::Tcp {
+            cc: "cubic".into(),
+            mptcp: false,
+        }),
+        Proto::TcpBbr => Box::new(tcp::Tcp {
+            cc: "bbr".into(),
+            mptcp: false,
+        }),
+        Proto::Mptcp => Box::new(tcp::Tcp {
+            cc: "cubic".into(),
+            mptcp: true,
+        }),
+        #[cfg(tern_bench_udt)]
+        Proto::Udt => Box::new(crate::proto::cshim::Udt::new()),
+        #[cfg(tern_bench_srt)]
+        Proto::Srt => Box::new(crate::proto::cshim::Srt::new()),
+        p => bail!("{p} is not a stream transport in this build"),
+    })
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Runs an agent to completion.
+pub fn run(spec: &AgentSpec) -> anyhow::Result<()> {
+    let deadline = Duration::from_secs_f64(spec.deadline_s.max(1.0));
+    std::thread::spawn(move || {
+        std::thread::sleep(deadline);
+        eprintln!("agent deadline of {deadline:?} reached; exiting");
+        std::process::exit(3);
+    });
+    match spec.role {
+        Role::Server => server(spec),
+        Role::Client => client(spec),
+    }
+}
+
+fn server(spec: &AgentSpec) -> anyhow::Result<()> {
+    match spec.proto {
+        Proto::Quic => {
+            let rt = runtime()?;
+            rt.block_on(async {
+                let (ep, cert) = quic::server(spec.addr)?;
+                print_line(&Ready {
+                    ready: true,
+                    addr: ep.local_addr()?,
+                    credential: Some(cert),
+                })?;
+                quic::serve(ep).await;
+                Ok(())
+            })
+        }
+        Proto::Tern => {
+            let rt = runtime()?;
+            rt.block_on(async {
+                let (ep, key) = ternp::server(spec.addr)?;
+                print_line(&Ready {
+                    ready: true,
+                    addr: ep.local_addr()?,
+                    credential: Some(key),
+                })?;
+                // Runs until the collector kills us.
+                ternp::serve(ep).await;
+                Ok(())
+            })
+        }
+        Proto::Udp | Proto::Rtp => {
+            let framing = if spec.proto == Proto::Rtp {
+                udp::Framing::Rtp
+            } else {
+                udp::Framing::Plain
+            };
+            let (addr, h) = udp::serve(spec.addr, framing)?;
+            print_line(&Ready {
+                ready: true,
+                addr,
+                credential: None,
+            })?;
+            let _ = h.join();
+            Ok(())
+        }
+        _ => {
+            let t = stream_transport(spec)?;
+            let l = t.listen(spec.addr).context("listen")?;
+            print_line(&Ready {
+                ready: true,
+                addr: l.local_addr()?,
+                credential: None,
+            })?;
+            stream::serve(l)?;
+            Ok(())
+        }
+    }
+}
+
+fn client(spec: &AgentSpec) -> anyhow::Result<()> {
+    let work = spec.work.clone().context("a client needs work")?;
+    let epoch = Instant::now();
+    let mut report = ClientReport::default();
+    match spec.proto {
+        Proto::Quic | Proto::Tern => {
+            let rt = runtime()?;
+            let cred = spec.credential.clone().unwrap_or_default();
+            rt.block_on(async {
+                macro_rules! go {
+                    ($m:expr) => {{
+                        let m = Arc::new($m);
+                        match &work {
+                            Work::Rpc(p) => {
+                                let (s, e, x) = mux::rpc_client(m, p, epoch).await;
+                                report.rpc = s;
+                                report.error = e;
+                                report.extra = x;
+                            }
+                            Work::Flows(p) => {
+                                let (s, e, x) = mux::flows_client(m, p, epoch).await;
+                                report.flows = s;
+                                report.error = e;
+                                report.extra = x;
+                            }
+                        }
+                    }};
+                }
+                if spec.proto == Proto::Quic {
+                    go!(quic::QuicClient::new(spec.addr, spec.bind, &cred)?);
+                } else {
+                    go!(ternp::TernClient::new(
+                        spec.addr,
+                        spec.bind,
+                        &cred,
+                        &spec.tern_mode
+                    )?);
+                }
+                Ok::<_, anyhow::Error>(())
+            })?;
+            rt.shutdown_timeout(Duration::from_millis(200));
+        }
+        Proto::Udp | Proto::Rtp => {
+            let framing = if spec.proto == Proto::Rtp {
+                udp::Framing::Rtp
+            } else {
+                udp::Framing::Plain
+            };
+            match &work {
+                Work::Rpc(p) => {
+                    let (s, e) = udp::rpc_client(spec.addr, spec.bind, p, framing, epoch);
+                    report.rpc = s;
+                    report.error = e;
+                }
+                Work::Flows(p) => {
+                    if framing == udp::Framing::Rtp {
+                        bail!("rtp runs request/response workloads only");
+                    }
+                    let (s, e) = udp::flows_client(spec.addr, spec.bind, p, epoch);
+                    report.flows = s;
+                    report.error = e;
+                }
+            }
+        }
+        _ => {
+            let t: Arc<dyn stream::Transport> = Arc::from(stream_transport(spec)?);
+            match &work {
+                Work::Rpc(p) => {
+                    let (s, e) = stream::rpc_client(t.as_ref(), spec.addr, spec.bind, p, epoch);
+                    report.rpc = s;
+                    report.error = e;
+                }
+                Work::Flows(p) => {
+                    let (s, e) = stream::flows_client(t.as_ref(), spec.addr, spec.bind, p, epoch);
+                    report.flows = s;
+                    report.error = e;
+                }
+            }
+            if matches!(spec.proto, Proto::Tcp | Proto::TcpBbr | Proto::Mptcp) {
+                report.extra = Value::from(tcp::congestion_of(
+                    if spec.proto == Proto::TcpBbr {
+                        "bbr"
+                    } else {
+                        "cubic"
+                    },
+                    spec.proto == Proto::Mptcp,
+                ));
+            }
+        }
+    }
+    report.cpu_s = cpu_seconds();
+    print_line(&report)?;
+    // Do not wait for lingering library threads (UDT, SRT, tokio).
+    std::process::exit(0);
+}
+
+/// Burns CPU: `threads` threads, each busy `load` percent of every 10 ms.
+pub fn hog(load: f64, threads: usize, seconds: f64) -> ! {
+    let load = load.clamp(0.0, 100.0) / 100.0;
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let period = Duration::from_millis(10);
+                let mut x: u64 = 1;
+                while Instant::now() < end {
+                    let t0 = Instant::now();
+                    while t0.elapsed() < period.mul_f64(load) {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        std::hint::black_box(x);
+                    }
+                    let rest = period.mul_f64(1.0 - load);
+                    if !rest.is_zero() {
+                        std::thread::sleep(rest);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        let _ = h.join();
+    }
+    std::process::exit(0);
+}

@@ -1,0 +1,192 @@
+//! `tern-bench`: runs benchmark scenarios for every protocol over tern-netem links, writes
+//! `results/<scenario>-<profile>.json` and SVG figures, and renders an HTML report.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tern_bench::scenario::{RunOpts, SCENARIOS};
+use tern_bench::spec::{AgentSpec, Proto};
+use tern_bench::{agent, profile, report};
+
+#[derive(Parser)]
+#[command(
+    name = "tern-bench",
+    version,
+    about = "Benchmarks tern against kernel TCP/MPTCP, quinn, UDP, RTP, UDT and SRT over emulated links"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once
+enum Cmd {
+    /// Run a scenario for every protocol (in the same run, over the same emulated link).
+    Run {
+        /// mar, short-flows, long-flow, bulk, startup, echo-sizes.
+        scenario: String,
+        /// Link profile: 5g, lte, wifi, viscous, path50, startup, loopback (default: the
+        /// scenario's).
+        #[arg(long, short)]
+        profile: Option<String>,
+        /// Random loss in percent on every link and direction (`1` or `1%`). mar runs 0 and 1 %
+        /// when not given.
+        #[arg(long)]
+        loss: Option<String>,
+        /// A mahimahi trace replacing the profile's rates (`X.up` + `X.down` pairs are used per
+        /// direction).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// A short version (a few minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Comma-separated protocols (default: the scenario's): tern, tcp, tcp-bbr, mptcp,
+        /// quic, udp, rtp, udt, srt.
+        #[arg(long, value_delimiter = ',')]
+        protocols: Option<Vec<Proto>>,
+        /// Comma-separated RTTs in ms (short-flows; first value for long-flow and startup).
+        #[arg(long, value_delimiter = ',')]
+        rtt: Option<Vec<f64>>,
+        /// Comma-separated thread counts (short-flows).
+        #[arg(long, value_delimiter = ',')]
+        threads: Option<Vec<u32>>,
+        /// tern driver: `flows` (one two-way flow per request). `messages` is reserved.
+        #[arg(long, default_value = "flows")]
+        tern_mode: String,
+        /// Seed of flow sizes and emulator losses.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Requests per size (mar, echo-sizes) or flows per thread (short-flows).
+        #[arg(long)]
+        count: Option<u32>,
+        /// Extra tern-netem settings for every link direction, e.g. "queue=50ms".
+        #[arg(long)]
+        link: Option<String>,
+        /// Output directory.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+    },
+    /// Render results/index.html from every results file (and redraw the figures).
+    Report {
+        /// Results directory.
+        #[arg(long, default_value = "results")]
+        out: PathBuf,
+        /// Also print Markdown tables (for docs/BENCHMARKS.md).
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// List scenarios, profiles and protocols.
+    List,
+    /// Internal: run one agent (server or client) from a JSON spec.
+    #[command(hide = true)]
+    Agent {
+        #[arg(long)]
+        spec: String,
+    },
+    /// Internal: burn CPU.
+    #[command(hide = true, name = "agent-hog")]
+    AgentHog {
+        #[arg(long)]
+        load: f64,
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        #[arg(long, default_value_t = 60.0)]
+        seconds: f64,
+    },
+}
+
+fn parse_loss(s: &str) -> anyhow::Result<f64> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .context("--loss takes a percentage")?;
+    anyhow::ensure!((0.0..=100.0).contains(&v), "--loss must be within 0..100");
+    Ok(v)
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Run {
+            scenario,
+            profile,
+            loss,
+            trace,
+            quick,
+            protocols,
+            rtt,
+            threads,
+            tern_mode,
+            seed,
+            link,
+            count,
+            out,
+        } => {
+            let opts = RunOpts {
+                scenario,
+                profile,
+                loss: loss.as_deref().map(parse_loss).transpose()?,
+                trace,
+                quick,
+                protocols,
+                rtts: rtt,
+                threads,
+                tern_mode,
+                seed,
+                link_extra: link,
+                count,
+            };
+            tern_bench::run(&opts, &out)?;
+        }
+        Cmd::Report { out, markdown } => {
+            let (path, runs) = tern_bench::report_dir(&out)?;
+            eprintln!("wrote {} ({} results file(s))", path.display(), runs.len());
+            if markdown {
+                for r in &runs {
+                    println!("{}", report::markdown(r));
+                }
+            }
+        }
+        Cmd::List => {
+            println!("Scenarios:");
+            for (n, d) in SCENARIOS {
+                println!("  {n:12} {d}");
+            }
+            println!("Profiles:");
+            for p in profile::PROFILES {
+                println!("  {:12} {}", p.name, p.description);
+            }
+            println!("Protocols:");
+            for p in Proto::ALL {
+                match p.unavailable() {
+                    Some(why) => println!("  {:12} unavailable: {why}", p.name()),
+                    None => println!("  {:12} available", p.name()),
+                }
+            }
+        }
+        Cmd::Agent { spec } => {
+            let spec: AgentSpec = serde_json::from_str(&spec).context("agent spec")?;
+            if let Err(e) = agent::run(&spec) {
+                eprintln!("agent failed: {e:#}");
+                // A client that fails still reports, so the collector records why.
+                if spec.role == tern_bench::spec::Role::Client {
+                    println!(
+                        "{}",
+                        serde_json::json!({"cpu_s": agent::cpu_seconds(), "error": format!("{e:#}")})
+                    );
+                }
+                std::process::exit(1);
+            }
+        }
+        Cmd::AgentHog {
+            load,
+            threads,
+            seconds,
+        } => agent::hog(load, threads, seconds),
+    }
+    Ok(())
+}

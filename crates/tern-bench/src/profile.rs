@@ -1,0 +1,238 @@
+//! Link profiles (DESIGN.md §3) turned into tern-netem settings.
+//!
+//! Each direction of a link is `delay + U(0, jitter)` (order-preserving), a drop-tail queue
+//! (tern-netem's default: 100 ms at the rate), a rate or a mahimahi trace, and optional
+//! random loss. `delay` is chosen so that the *mean* round trip is the profile's RTT.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use serde::Serialize;
+use tern_netem::{DirectionConfig, DuplexConfig, EmulationConfig};
+
+/// Which topology a profile runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetKind {
+    /// 127.0.0.1, no emulator.
+    Loopback,
+    /// `c — r — s`.
+    Single,
+    /// Two disjoint paths `c — r1 — s`, `c — r2 — s`.
+    Dual,
+}
+
+/// A named link profile.
+#[derive(Clone, Debug, Serialize)]
+pub struct Profile {
+    /// Name.
+    pub name: &'static str,
+    /// One line for the report.
+    pub description: &'static str,
+    /// Topology.
+    pub net: NetKind,
+    /// Mean round-trip propagation time (ms), jitter included.
+    pub rtt_ms: f64,
+    /// Jitter bound per direction (ms): each packet gets U(0, jitter) extra delay.
+    pub jitter_ms: f64,
+    /// Client → server rate (Mbit/s); `None`: unlimited.
+    pub up_mbps: Option<f64>,
+    /// Server → client rate (Mbit/s).
+    pub down_mbps: Option<f64>,
+}
+
+/// Every profile.
+pub const PROFILES: &[Profile] = &[
+    Profile {
+        name: "5g",
+        description: "5G: 15 ms RTT, 4 ms jitter per direction, 300 Mbit/s down, 100 Mbit/s up",
+        net: NetKind::Single,
+        rtt_ms: 15.0,
+        jitter_ms: 4.0,
+        up_mbps: Some(100.0),
+        down_mbps: Some(300.0),
+    },
+    Profile {
+        name: "lte",
+        description: "LTE: 35 ms RTT, 2 ms jitter per direction, 30 Mbit/s both ways",
+        net: NetKind::Single,
+        rtt_ms: 35.0,
+        jitter_ms: 2.0,
+        up_mbps: Some(30.0),
+        down_mbps: Some(30.0),
+    },
+    Profile {
+        name: "wifi",
+        description: "Wi-Fi: 5 ms RTT, 0.5 ms jitter per direction, 100 Mbit/s both ways",
+        net: NetKind::Single,
+        rtt_ms: 5.0,
+        jitter_ms: 0.5,
+        up_mbps: Some(100.0),
+        down_mbps: Some(100.0),
+    },
+    Profile {
+        name: "viscous",
+        description: "Viscous: two disjoint 50 Mbit/s paths, RTT 16/80/320 ms (per case)",
+        net: NetKind::Dual,
+        rtt_ms: 80.0,
+        jitter_ms: 0.0,
+        up_mbps: Some(50.0),
+        down_mbps: Some(50.0),
+    },
+    Profile {
+        name: "path50",
+        description: "One 50 Mbit/s path, 80 ms RTT (Viscous long flows)",
+        net: NetKind::Single,
+        rtt_ms: 80.0,
+        jitter_ms: 0.0,
+        up_mbps: Some(50.0),
+        down_mbps: Some(50.0),
+    },
+    Profile {
+        name: "startup",
+        description: "SLTP start-up: 50 Mbit/s, 100 ms RTT",
+        net: NetKind::Single,
+        rtt_ms: 100.0,
+        jitter_ms: 0.0,
+        up_mbps: Some(50.0),
+        down_mbps: Some(50.0),
+    },
+    Profile {
+        name: "loopback",
+        description: "Loopback (127.0.0.1), no emulator",
+        net: NetKind::Loopback,
+        rtt_ms: 0.0,
+        jitter_ms: 0.0,
+        up_mbps: None,
+        down_mbps: None,
+    },
+];
+
+/// Looks a profile up.
+pub fn profile(name: &str) -> anyhow::Result<&'static Profile> {
+    PROFILES.iter().find(|p| p.name == name).with_context(|| {
+        let names: Vec<&str> = PROFILES.iter().map(|p| p.name).collect();
+        format!("unknown profile {name:?}; known: {}", names.join(", "))
+    })
+}
+
+/// How a case modifies the profile.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LinkOptions {
+    /// Random loss in percent, both directions.
+    pub loss_pct: f64,
+    /// RTT override (ms).
+    pub rtt_ms: Option<f64>,
+    /// Mahimahi traces replacing the rates: (up, down).
+    pub trace: Option<(PathBuf, PathBuf)>,
+    /// Extra tern-netem settings for every direction (e.g. `queue=50ms`).
+    pub extra: Option<String>,
+}
+
+/// The up and down trace files for `--trace FILE`: `X.up`/`X.down` pairs are used as such,
+/// any other file for both directions.
+pub fn trace_pair(file: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    if !file.exists() {
+        bail!("trace {} does not exist", file.display());
+    }
+    let s = file.to_string_lossy();
+    for (a, b) in [(".up", ".down"), (".down", ".up")] {
+        if let Some(stem) = s.strip_suffix(a) {
+            let other = PathBuf::from(format!("{stem}{b}"));
+            if other.exists() {
+                return Ok(if a == ".up" {
+                    (file.to_path_buf(), other)
+                } else {
+                    (other, file.to_path_buf())
+                });
+            }
+        }
+    }
+    Ok((file.to_path_buf(), file.to_path_buf()))
+}
+
+impl Profile {
+    /// The mean RTT with options applied.
+    pub fn rtt(&self, o: &LinkOptions) -> f64 {
+        o.rtt_ms.unwrap_or(self.rtt_ms)
+    }
+
+    /// tern-netem settings of one direction, as text.
+    pub fn direction_settings(&self, up: bool, o: &LinkOptions) -> String {
+        let rtt = self.rtt(o);
+        let delay = (rtt / 2.0 - self.jitter_ms / 2.0).max(0.0);
+        let mut s = format!("delay={delay}ms");
+        if self.jitter_ms > 0.0 {
+            s += &format!(" jitter={}ms", self.jitter_ms);
+        }
+        match (&o.trace, up) {
+            (Some((u, _)), true) => s += &format!(" trace={}", u.display()),
+            (Some((_, d)), false) => s += &format!(" trace={}", d.display()),
+            (None, _) => {
+                if let Some(r) = if up { self.up_mbps } else { self.down_mbps } {
+                    s += &format!(" rate={r}mbit");
+                }
+            }
+        }
+        if o.loss_pct > 0.0 {
+            s += &format!(" loss={}%", o.loss_pct);
+        }
+        if let Some(x) = &o.extra {
+            s += " ";
+            s += x;
+        }
+        s
+    }
+
+    /// The emulator configuration (every link alike), or `None` on loopback.
+    pub fn emulation(&self, o: &LinkOptions) -> anyhow::Result<Option<EmulationConfig>> {
+        if self.net == NetKind::Loopback {
+            return Ok(None);
+        }
+        let mut up = DirectionConfig::default();
+        up.apply(&self.direction_settings(true, o))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut down = DirectionConfig::default();
+        down.apply(&self.direction_settings(false, o))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Some(EmulationConfig::uniform(DuplexConfig { up, down })))
+    }
+
+    /// Ideal request/response time: mean propagation RTT plus serialisation of the request
+    /// upstream and the reply downstream at the nominal rates (IP/transport headers and
+    /// handshakes not counted).
+    pub fn ideal_rpc_ms(&self, o: &LinkOptions, request: u32, reply: u32) -> Option<f64> {
+        if o.trace.is_some() || self.net == NetKind::Loopback {
+            return None;
+        }
+        let ser = |bytes: u32, mbps: Option<f64>| {
+            mbps.map_or(0.0, |r| f64::from(bytes) * 8.0 / (r * 1e3))
+        };
+        Some(self.rtt(o) + ser(request, self.up_mbps) + ser(reply, self.down_mbps))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse() {
+        for p in PROFILES {
+            let o = LinkOptions {
+                loss_pct: 1.0,
+                ..Default::default()
+            };
+            let e = p.emulation(&o).unwrap();
+            assert_eq!(e.is_none(), p.net == NetKind::Loopback, "{}", p.name);
+        }
+        let lte = profile("lte").unwrap();
+        let s = lte.direction_settings(true, &LinkOptions::default());
+        assert_eq!(s, "delay=16.5ms jitter=2ms rate=30mbit");
+        // 35 ms + 4500 B at 30 Mbit/s (1.2 ms) + 100 B (0.027 ms).
+        let i = lte
+            .ideal_rpc_ms(&LinkOptions::default(), 4500, 100)
+            .unwrap();
+        assert!((i - 36.2267).abs() < 1e-3, "{i}");
+    }
+}

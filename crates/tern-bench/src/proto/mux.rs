@@ -1,0 +1,286 @@
+//! The driver for multiplexing protocols (quinn, tern): async, one bidirectional stream (flow)
+//! per request or transfer. A protocol supplies [`Mux`]; the workload code is shared, so
+//! quinn and tern run exactly the same requests and flows.
+
+use std::future::Future;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::results::{FlowSample, RpcSample};
+use crate::spec::{payload, FlowPlan, RpcPlan};
+
+/// A multiplexing protocol's client side.
+pub trait Mux: Send + Sync + 'static {
+    /// A connection handle.
+    type Conn: Clone + Send + Sync + 'static;
+    /// Sending half of a stream.
+    type W: AsyncWrite + Unpin + Send + 'static;
+    /// Receiving half of a stream.
+    type R: AsyncRead + Unpin + Send + 'static;
+    /// Opens a new connection to the server.
+    fn connect(&self) -> impl Future<Output = io::Result<Self::Conn>> + Send;
+    /// Opens a bidirectional stream.
+    fn open_bi(conn: &Self::Conn) -> impl Future<Output = io::Result<(Self::W, Self::R)>> + Send;
+    /// Closes a connection (no waiting).
+    fn close(conn: &Self::Conn);
+    /// Statistics worth keeping.
+    fn stats(conn: &Self::Conn) -> Value;
+}
+
+/// Serves one stream: `R` request or `F` flow (see [`crate::spec`]).
+pub async fn serve_stream<W, R>(mut w: W, mut r: R) -> io::Result<()>
+where
+    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
+{
+    let kind = r.read_u8().await?;
+    match kind {
+        b'R' => {
+            let reply = r.read_u32().await?;
+            let mut buf = vec![0u8; 64 << 10];
+            while r.read(&mut buf).await? > 0 {}
+            write_pattern(&mut w, u64::from(reply)).await?;
+            w.shutdown().await?;
+        }
+        b'F' => {
+            let size = r.read_u64().await?;
+            write_pattern(&mut w, size).await?;
+            w.shutdown().await?;
+        }
+        other => return Err(io::Error::other(format!("unknown request kind {other}"))),
+    }
+    Ok(())
+}
+
+async fn write_pattern<W: AsyncWrite + Unpin>(w: &mut W, mut n: u64) -> io::Result<()> {
+    let chunk = payload(64 << 10);
+    while n > 0 {
+        let k = chunk.len().min(n as usize);
+        w.write_all(&chunk[..k]).await?;
+        if n != u64::MAX {
+            n -= k as u64;
+        }
+    }
+    Ok(())
+}
+
+async fn read_all<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<u64> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut n = 0u64;
+    loop {
+        let k = r.read(&mut buf).await?;
+        if k == 0 {
+            return Ok(n);
+        }
+        n += k as u64;
+    }
+}
+
+async fn one_request<M: Mux>(conn: &M::Conn, msg: &[u8], reply: u32) -> io::Result<()> {
+    let (mut w, mut r) = M::open_bi(conn).await?;
+    w.write_all(msg).await?;
+    w.shutdown().await?;
+    let got = read_all(&mut r).await?;
+    if got != u64::from(reply) {
+        return Err(io::Error::other(format!(
+            "reply of {got} bytes, expected {reply}"
+        )));
+    }
+    Ok(())
+}
+
+fn ms_since(epoch: Instant, t: Instant) -> f64 {
+    t.saturating_duration_since(epoch).as_secs_f64() * 1e3
+}
+
+/// Runs a request/response plan, one connection per request size, one stream per request.
+pub async fn rpc_client<M: Mux>(
+    m: Arc<M>,
+    plan: &RpcPlan,
+    epoch: Instant,
+) -> (Vec<RpcSample>, Option<String>, Value) {
+    let mut out = Vec::new();
+    let mut error: Option<String> = None;
+    let mut stats = Vec::new();
+    for &size in &plan.sizes {
+        let reply = plan.reply.unwrap_or(size);
+        let mut msg = vec![b'R'];
+        msg.extend(reply.to_be_bytes());
+        msg.extend(payload(size as usize));
+        let msg: Arc<[u8]> = msg.into();
+        let n = plan.per_size as usize;
+        let conn = match m.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                error.get_or_insert(format!("connect: {e}"));
+                let t_ms = ms_since(epoch, Instant::now());
+                out.extend((0..n).map(|i| RpcSample {
+                    seq: i as u32,
+                    size,
+                    reply,
+                    t_ms,
+                    rtt_ms: None,
+                }));
+                continue;
+            }
+        };
+        let start = Instant::now() + Duration::from_millis(5);
+        let mut sched = Vec::with_capacity(n);
+        let rtt: Arc<Mutex<Vec<Option<f64>>>> = Arc::new(Mutex::new(vec![None; n]));
+        let first_error: Arc<Mutex<Option<String>>> = Arc::default();
+        match plan.interval_ms {
+            Some(iv) => {
+                let mut tasks = tokio::task::JoinSet::new();
+                for i in 0..n {
+                    let at = start + Duration::from_secs_f64(i as f64 * iv / 1e3);
+                    sched.push(at);
+                    tokio::time::sleep_until(at.into()).await;
+                    let (conn, msg, rtt, first_error) =
+                        (conn.clone(), msg.clone(), rtt.clone(), first_error.clone());
+                    tasks.spawn(async move {
+                        match one_request::<M>(&conn, &msg, reply).await {
+                            Ok(()) => {
+                                rtt.lock().unwrap()[i] = Some(ms_since(at, Instant::now()));
+                            }
+                            Err(e) => {
+                                first_error.lock().unwrap().get_or_insert(e.to_string());
+                            }
+                        }
+                    });
+                }
+                let drain = tokio::time::sleep(Duration::from_millis(plan.drain_ms));
+                tokio::pin!(drain);
+                loop {
+                    tokio::select! {
+                        r = tasks.join_next() => if r.is_none() { break },
+                        () = &mut drain => break,
+                    }
+                }
+                tasks.abort_all();
+            }
+            None => {
+                for _ in 0..n {
+                    let t0 = Instant::now();
+                    sched.push(t0);
+                    let i = sched.len() - 1;
+                    match one_request::<M>(&conn, &msg, reply).await {
+                        Ok(()) => rtt.lock().unwrap()[i] = Some(ms_since(t0, Instant::now())),
+                        Err(e) => {
+                            first_error.lock().unwrap().get_or_insert(e.to_string());
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        stats.push(M::stats(&conn));
+        M::close(&conn);
+        if let Some(e) = first_error.lock().unwrap().take() {
+            error.get_or_insert(format!("size {size}: {e}"));
+        }
+        let rtt = rtt.lock().unwrap().clone();
+        for (i, rtt_ms) in rtt.into_iter().enumerate() {
+            out.push(RpcSample {
+                seq: i as u32,
+                size,
+                reply,
+                t_ms: sched
+                    .get(i)
+                    .or(sched.last())
+                    .map_or(0.0, |t| ms_since(epoch, *t)),
+                rtt_ms,
+            });
+        }
+    }
+    (out, error, Value::Array(stats))
+}
+
+/// Runs a flow plan: one task per thread, each flow on a new connection.
+pub async fn flows_client<M: Mux>(
+    m: Arc<M>,
+    plan: &FlowPlan,
+    epoch: Instant,
+) -> (Vec<FlowSample>, Option<String>, Value) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (ti, sizes) in plan.sizes.iter().cloned().enumerate() {
+        let m = m.clone();
+        let timeout = Duration::from_millis(plan.flow_timeout_ms);
+        tasks.spawn(async move {
+            let mut out = Vec::new();
+            let mut err = None;
+            let mut stats = Value::Null;
+            for (i, size) in sizes.into_iter().enumerate() {
+                let t0 = Instant::now();
+                let got = Arc::new(Mutex::new(0u64));
+                let r = tokio::time::timeout(timeout, one_flow(&*m, size, got.clone())).await;
+                let received = *got.lock().unwrap();
+                let fct = t0.elapsed().as_secs_f64() * 1e3;
+                let ok = match r {
+                    Ok(Ok(s)) => {
+                        stats = s;
+                        received >= size
+                    }
+                    Ok(Err(e)) => {
+                        err.get_or_insert(format!("flow {ti}/{i}: {e}"));
+                        false
+                    }
+                    Err(_) => {
+                        err.get_or_insert(format!("flow {ti}/{i}: timed out"));
+                        false
+                    }
+                };
+                out.push(FlowSample {
+                    thread: ti as u32,
+                    index: i as u32,
+                    size,
+                    start_ms: ms_since(epoch, t0),
+                    fct_ms: ok.then_some(fct),
+                    received,
+                });
+            }
+            (out, err, stats)
+        });
+    }
+    let mut out = Vec::new();
+    let mut error = None;
+    let mut stats = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        if let Ok((f, e, s)) = r {
+            out.extend(f);
+            if error.is_none() {
+                error = e;
+            }
+            stats.push(s);
+        }
+    }
+    out.sort_by_key(|f| (f.thread, f.index));
+    (out, error, Value::Array(stats))
+}
+
+async fn one_flow<M: Mux>(m: &M, size: u64, got: Arc<Mutex<u64>>) -> io::Result<Value> {
+    let conn = m.connect().await?;
+    let result = async {
+        let (mut w, mut r) = M::open_bi(&conn).await?;
+        let mut req = vec![b'F'];
+        req.extend(size.to_be_bytes());
+        w.write_all(&req).await?;
+        w.shutdown().await?;
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let k = r.read(&mut buf).await?;
+            if k == 0 {
+                break;
+            }
+            *got.lock().unwrap() += k as u64;
+        }
+        Ok::<_, io::Error>(())
+    }
+    .await;
+    let stats = M::stats(&conn);
+    M::close(&conn);
+    result.map(|()| stats)
+}

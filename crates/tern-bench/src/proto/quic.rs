@@ -1,0 +1,138 @@
+//! QUIC with quinn 0.11 (rustls with ring). The server makes a self-signed certificate with
+//! rcgen and prints it (hex DER) in its ready line; the client trusts exactly that
+//! certificate. Windows match tern's defaults (4 MiB per stream, 16 MiB per connection) so
+//! neither protocol is held back by flow control; quinn's congestion controller is its
+//! default (CUBIC).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quinn::crypto::rustls::QuicClientConfig;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use serde_json::{json, Value};
+
+use super::mux::{serve_stream, Mux};
+
+const SERVER_NAME: &str = "tern-bench.invalid";
+
+fn transport() -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(100_000u32.into())
+        .stream_receive_window((4u32 << 20).into())
+        .receive_window((16u32 << 20).into())
+        .send_window(16 << 20)
+        .max_idle_timeout(Some(
+            Duration::from_secs(30).try_into().expect("valid timeout"),
+        ));
+    Arc::new(t)
+}
+
+fn install_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> io::Result<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return Err(io::Error::other("odd hex length"));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(io::Error::other))
+        .collect()
+}
+
+/// Starts a server; returns the bound address and the certificate to print.
+pub fn server(addr: SocketAddr) -> io::Result<(quinn::Endpoint, String)> {
+    install_provider();
+    let cert =
+        rcgen::generate_simple_self_signed(vec![SERVER_NAME.into()]).map_err(io::Error::other)?;
+    let der = cert.cert.der().to_vec();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()));
+    let mut cfg =
+        quinn::ServerConfig::with_single_cert(vec![CertificateDer::from(der.clone())], key)
+            .map_err(io::Error::other)?;
+    cfg.transport_config(transport());
+    let ep = quinn::Endpoint::server(cfg, addr)?;
+    Ok((ep, hex(&der)))
+}
+
+/// Serves until the process is killed.
+pub async fn serve(ep: quinn::Endpoint) {
+    while let Some(incoming) = ep.accept().await {
+        tokio::spawn(async move {
+            let Ok(conn) = incoming.await else { return };
+            while let Ok((w, r)) = conn.accept_bi().await {
+                tokio::spawn(async move {
+                    let _ = serve_stream(w, r).await;
+                });
+            }
+        });
+    }
+}
+
+/// The client side.
+pub struct QuicClient {
+    ep: quinn::Endpoint,
+    addr: SocketAddr,
+}
+
+impl QuicClient {
+    /// A client endpoint that trusts `cert_hex`.
+    pub fn new(addr: SocketAddr, bind: Option<IpAddr>, cert_hex: &str) -> io::Result<Self> {
+        install_provider();
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(unhex(cert_hex)?))
+            .map_err(io::Error::other)?;
+        let crypto = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let mut cfg = quinn::ClientConfig::new(Arc::new(
+            QuicClientConfig::try_from(crypto).map_err(io::Error::other)?,
+        ));
+        cfg.transport_config(transport());
+        let local = SocketAddr::new(bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), 0);
+        let mut ep = quinn::Endpoint::client(local)?;
+        ep.set_default_client_config(cfg);
+        Ok(Self { ep, addr })
+    }
+}
+
+impl Mux for QuicClient {
+    type Conn = quinn::Connection;
+    type W = quinn::SendStream;
+    type R = quinn::RecvStream;
+
+    async fn connect(&self) -> io::Result<quinn::Connection> {
+        self.ep
+            .connect(self.addr, SERVER_NAME)
+            .map_err(io::Error::other)?
+            .await
+            .map_err(io::Error::other)
+    }
+
+    async fn open_bi(conn: &quinn::Connection) -> io::Result<(Self::W, Self::R)> {
+        conn.open_bi().await.map_err(io::Error::other)
+    }
+
+    fn close(conn: &quinn::Connection) {
+        conn.close(0u32.into(), b"done");
+    }
+
+    fn stats(conn: &quinn::Connection) -> Value {
+        let s = conn.stats();
+        json!({
+            "rtt_ms": conn.rtt().as_secs_f64() * 1e3,
+            "lost_packets": s.path.lost_packets,
+            "sent_packets": s.path.sent_packets,
+            "cwnd": s.path.cwnd,
+            "congestion_events": s.path.congestion_events,
+        })
+    }
+}

@@ -1,0 +1,311 @@
+//! The collector's data model: one [`RunFile`] per `tern-bench run`, written as
+//! `results/<scenario>-<profile>[-<variant>].json`. It keeps every sample (so figures can be
+//! recomputed), the derived summary rows, the settings, the versions of every peer, the
+//! kernel and the date.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Version of this file format.
+pub const SCHEMA: u32 = 1;
+
+/// Everything one run measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunFile {
+    /// File format version ([`SCHEMA`]).
+    pub schema: u32,
+    /// Scenario name (`mar`, `short-flows`, …).
+    pub scenario: String,
+    /// Link profile name (`lte`, `viscous`, `loopback`, …).
+    pub profile: String,
+    /// Extra part of the file name (`loss1`, a trace name), empty if none.
+    #[serde(default)]
+    pub variant: String,
+    /// Start of the run, UTC, RFC 3339.
+    pub date: String,
+    /// Wall time of the whole run.
+    pub duration_s: f64,
+    /// The command line.
+    pub command: Vec<String>,
+    /// `--quick` was given.
+    pub quick: bool,
+    /// Where it ran.
+    pub machine: Machine,
+    /// Versions: tern-bench, tern (git), quinn, rustls, kernel, libudt, libsrt, …
+    pub versions: BTreeMap<String, String>,
+    /// Scenario and link settings, as given.
+    pub settings: Value,
+    /// Raw measurements, one per agent run (protocol × case).
+    pub cases: Vec<Case>,
+    /// Derived rows (what the tables and plots show), computed from `cases`.
+    pub summary: Vec<Row>,
+    /// Protocols that were asked for (or are part of the scenario) but did not run, with why.
+    #[serde(default)]
+    pub skipped: Vec<Skipped>,
+}
+
+/// The machine.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Machine {
+    /// `uname -r`.
+    pub kernel: String,
+    /// Host name.
+    pub hostname: String,
+    /// CPU model from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// Online CPUs.
+    pub cpus: usize,
+    /// Memory in GiB.
+    pub mem_gib: f64,
+    /// PRETTY_NAME from /etc/os-release.
+    pub os: String,
+    /// 1-minute load average at the start of the run.
+    pub load_avg_start: f64,
+}
+
+/// A protocol that did not run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Protocol name.
+    pub protocol: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// One agent run: a protocol on one case of the scenario.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Case {
+    /// Protocol name.
+    pub protocol: String,
+    /// Case parameters (loss, threads, rtt_ms, background, load, …).
+    pub params: BTreeMap<String, Value>,
+    /// Request/response samples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rpc: Vec<RpcSample>,
+    /// Flow samples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flows: Vec<FlowSample>,
+    /// CPU seconds (user + system) of the client and server agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuUse>,
+    /// Per emulated link and direction: what the emulator saw.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkStat>,
+    /// Wall time of the agent run.
+    pub wall_s: f64,
+    /// Protocol-specific extras reported by the client agent (e.g. connection statistics).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub extra: Value,
+    /// Set if the run failed; samples may then be partial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One request and its reply.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RpcSample {
+    /// Request number within its size (0-based).
+    pub seq: u32,
+    /// Request bytes (application payload).
+    pub size: u32,
+    /// Reply bytes.
+    pub reply: u32,
+    /// Scheduled send time, ms since the client started.
+    pub t_ms: f64,
+    /// Scheduled send → whole reply received; `None` if the reply never came.
+    pub rtt_ms: Option<f64>,
+}
+
+/// One flow (a transfer from server to client on a fresh connection).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FlowSample {
+    /// Client thread (0-based).
+    pub thread: u32,
+    /// Flow number within the thread.
+    pub index: u32,
+    /// Bytes asked for.
+    pub size: u64,
+    /// Connect start, ms since the client started.
+    pub start_ms: f64,
+    /// Connect start → last byte received; `None` if it did not complete.
+    pub fct_ms: Option<f64>,
+    /// Bytes received (less than `size` only for unreliable protocols or failures).
+    pub received: u64,
+}
+
+/// CPU time of the agents (user + system, seconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuUse {
+    /// The client agent.
+    pub client_s: f64,
+    /// The server agent (`None` if /proc could not be read before it was killed).
+    #[serde(default)]
+    pub server_s: Option<f64>,
+}
+
+/// Emulator counters of one direction of one link over one case.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LinkStat {
+    /// Link (router) name.
+    pub link: String,
+    /// `up` (client → server) or `down`.
+    pub dir: String,
+    /// Packets offered.
+    pub offered: u64,
+    /// Bytes delivered.
+    pub delivered_bytes: u64,
+    /// Drops by the queue.
+    pub dropped_queue: u64,
+    /// Drops by the loss model.
+    pub dropped_loss: u64,
+    /// Largest queue seen, bytes.
+    pub queue_max_bytes: usize,
+}
+
+/// A derived row: one protocol at one point of the scenario.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Protocol name.
+    pub protocol: String,
+    /// Where: case parameters plus the group (e.g. `size`).
+    pub params: BTreeMap<String, Value>,
+    /// What: named metrics.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl Row {
+    /// A numeric parameter.
+    pub fn num(&self, key: &str) -> Option<f64> {
+        self.params.get(key).and_then(Value::as_f64)
+    }
+
+    /// A parameter as text (numbers without a trailing `.0`).
+    pub fn text(&self, key: &str) -> String {
+        match self.params.get(key) {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => String::new(),
+        }
+    }
+
+    /// A metric.
+    pub fn metric(&self, key: &str) -> Option<f64> {
+        self.metrics.get(key).copied().filter(|v| v.is_finite())
+    }
+}
+
+impl RunFile {
+    /// The file name this run is written to (without directory).
+    pub fn file_stem(&self) -> String {
+        if self.variant.is_empty() {
+            format!("{}-{}", self.scenario, self.profile)
+        } else {
+            format!("{}-{}-{}", self.scenario, self.profile, self.variant)
+        }
+    }
+
+    /// Writes `<dir>/<stem>.json`.
+    pub fn write(&self, dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(format!("{}.json", self.file_stem()));
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+
+    /// Reads a results file.
+    pub fn read(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Protocols in the order they first appear in the summary.
+    pub fn protocols(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for r in &self.summary {
+            if !out.contains(&r.protocol) {
+                out.push(r.protocol.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Summary statistics of a set of values.
+pub mod stats {
+    /// Arithmetic mean (NaN if empty).
+    pub fn mean(v: &[f64]) -> f64 {
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v.iter().sum::<f64>() / v.len() as f64
+    }
+
+    /// Sample standard deviation (NaN with fewer than two values).
+    pub fn std(v: &[f64]) -> f64 {
+        if v.len() < 2 {
+            return f64::NAN;
+        }
+        let m = mean(v);
+        (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+    }
+
+    /// Percentile `p` in 0..=100 with linear interpolation between closest ranks.
+    pub fn percentile(v: &[f64], p: f64) -> f64 {
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        let rank = (p / 100.0).clamp(0.0, 1.0) * (s.len() - 1) as f64;
+        let lo = rank.floor() as usize;
+        let hi = rank.ceil() as usize;
+        s[lo] + (s[hi] - s[lo]) * (rank - lo as f64)
+    }
+
+    /// Median.
+    pub fn median(v: &[f64]) -> f64 {
+        percentile(v, 50.0)
+    }
+
+    /// Packet-delay variation as the mean absolute difference of consecutive delays
+    /// (RFC 3550's interarrival jitter without its 1/16 smoothing; RFC 5481's IPDV averaged
+    /// in absolute value). NaN with fewer than two values.
+    pub fn pdv(ordered: &[f64]) -> f64 {
+        if ordered.len() < 2 {
+            return f64::NAN;
+        }
+        let d: Vec<f64> = ordered.windows(2).map(|w| (w[1] - w[0]).abs()).collect();
+        mean(&d)
+    }
+
+    /// Empirical CDF points `(value, fraction ≤ value)`.
+    pub fn cdf(v: &[f64]) -> Vec<(f64, f64)> {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len() as f64;
+        s.iter()
+            .enumerate()
+            .map(|(i, x)| (*x, (i + 1) as f64 / n))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stats::*;
+
+    #[test]
+    fn percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert!((median(&v) - 50.5).abs() < 1e-9);
+        assert!((percentile(&v, 99.0) - 99.01).abs() < 1e-9);
+        assert_eq!(percentile(&[3.0], 99.0), 3.0);
+        assert!(percentile(&[], 50.0).is_nan());
+        assert!((pdv(&[10.0, 12.0, 11.0, 11.0]) - 1.0).abs() < 1e-9);
+        assert!((std(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]) - 2.138).abs() < 1e-3);
+    }
+}

@@ -1,0 +1,438 @@
+//! The collector: builds the network (loopback or a tern-netem topology), starts a server
+//! and a client agent per case and protocol, bounds them in time, reads their JSON lines,
+//! reads the server's CPU time from /proc and kills it by PID, and adds the emulator's
+//! counters. Background traffic and the CPU hog are agents too.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use tern_netem::{Direction, EmulationConfig, Topology, TopologySpec};
+
+use crate::profile::NetKind;
+use crate::results::{Case, CpuUse, LinkStat};
+use crate::spec::{AgentSpec, ClientReport, FlowPlan, Proto, Ready, Role, Work};
+
+/// The network the agents run in.
+pub struct Net {
+    kind: NetKind,
+    topo: Option<Topology>,
+    logs: PathBuf,
+    exe: PathBuf,
+    runs: u32,
+}
+
+/// A started agent process, killed on drop.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().rev().take(3).collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// CPU seconds (user + system) of a live process, from /proc.
+pub fn proc_cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    let tck = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    Some((utime + stime) / tck)
+}
+
+impl Net {
+    /// Builds the network for `kind`; agent logs go to `logs`.
+    pub fn new(kind: NetKind, logs: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(logs)?;
+        let topo = match kind {
+            NetKind::Loopback => None,
+            NetKind::Single | NetKind::Dual => {
+                tern_netem::check_environment().map_err(|e| anyhow!("{e}"))?;
+                let spec = if kind == NetKind::Single {
+                    TopologySpec::single()
+                } else {
+                    TopologySpec::dual()
+                };
+                let topo =
+                    Topology::build(&spec).map_err(|e| anyhow!("building the topology: {e}"))?;
+                for node in ["c", "s"] {
+                    // The namespace default (used by MPTCP subflows if the per-socket name is
+                    // refused); every socket names its controller anyway.
+                    let ns = topo.ns(node).map_err(|e| anyhow!("{e}"))?;
+                    run_quiet(Command::new("ip").args([
+                        "netns",
+                        "exec",
+                        &ns,
+                        "sysctl",
+                        "-qw",
+                        "net.ipv4.tcp_congestion_control=cubic",
+                    ]));
+                }
+                Some(topo)
+            }
+        };
+        Ok(Self {
+            kind,
+            topo,
+            logs: logs.to_path_buf(),
+            exe: std::env::current_exe()?,
+            runs: 0,
+        })
+    }
+
+    /// The topology kind.
+    pub fn kind(&self) -> NetKind {
+        self.kind
+    }
+
+    /// A short description for the results file.
+    pub fn describe(&self) -> String {
+        match &self.topo {
+            Some(t) => t.describe(),
+            None => "loopback 127.0.0.1".into(),
+        }
+    }
+
+    /// (Re)starts the emulator with `cfg` (a fresh start resets counters, queues and the
+    /// random streams, so every protocol sees the same losses).
+    pub fn configure(&self, cfg: Option<&EmulationConfig>) -> anyhow::Result<()> {
+        if let (Some(t), Some(cfg)) = (&self.topo, cfg) {
+            t.stop();
+            t.start(cfg)
+                .map_err(|e| anyhow!("starting the emulator: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Configures MPTCP's in-kernel path manager: the server announces its second address,
+    /// the client accepts one extra subflow to it (which its routing sends over path 2).
+    pub fn setup_mptcp(&self) -> anyhow::Result<()> {
+        let Some(t) = &self.topo else { return Ok(()) };
+        let c = t.ns("c").map_err(|e| anyhow!("{e}"))?;
+        let s = t.ns("s").map_err(|e| anyhow!("{e}"))?;
+        let run = |args: &[&str]| -> anyhow::Result<()> {
+            let out = Command::new("ip").args(args).output()?;
+            if !out.status.success() {
+                let err = String::from_utf8_lossy(&out.stderr);
+                if !err.contains("exists") {
+                    bail!("ip {}: {}", args.join(" "), err.trim());
+                }
+            }
+            Ok(())
+        };
+        run(&[
+            "-n",
+            &c,
+            "mptcp",
+            "limits",
+            "set",
+            "subflows",
+            "2",
+            "add_addr_accepted",
+            "2",
+        ])?;
+        run(&[
+            "-n",
+            &s,
+            "mptcp",
+            "limits",
+            "set",
+            "subflows",
+            "2",
+            "add_addr_accepted",
+            "2",
+        ])?;
+        if self.kind == NetKind::Dual {
+            let s2 = self.server_ip(1).to_string();
+            run(&[
+                "-n", &s, "mptcp", "endpoint", "add", &s2, "dev", "to-r2", "signal",
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Server address on path `p` (0-based).
+    pub fn server_ip(&self, p: usize) -> IpAddr {
+        match &self.topo {
+            Some(t) => t
+                .addrs("s")
+                .ok()
+                .and_then(|a| a.get(p).or(a.first()).copied())
+                .map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V4),
+            None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        }
+    }
+
+    /// Client address on path `p`, if the client is multihomed.
+    pub fn client_ip(&self, p: usize) -> Option<IpAddr> {
+        match (&self.topo, self.kind) {
+            (Some(t), NetKind::Dual) => t
+                .addrs("c")
+                .ok()
+                .and_then(|a| a.get(p).copied())
+                .map(IpAddr::V4),
+            _ => None,
+        }
+    }
+
+    fn command(&self, node: &str) -> anyhow::Result<Command> {
+        Ok(match &self.topo {
+            Some(t) => t.command(node, &self.exe).map_err(|e| anyhow!("{e}"))?,
+            None => Command::new(&self.exe),
+        })
+    }
+
+    fn spawn(&mut self, node: &str, spec: &AgentSpec, tag: &str) -> anyhow::Result<Agent> {
+        self.runs += 1;
+        let log = self
+            .logs
+            .join(format!("{:04}-{tag}-{}.log", self.runs, spec.proto));
+        let mut cmd = self.command(node)?;
+        cmd.arg("agent")
+            .arg("--spec")
+            .arg(serde_json::to_string(spec)?)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(File::create(&log)?);
+        let child = cmd.spawn().context("starting an agent")?;
+        Ok(Agent { child, log })
+    }
+
+    fn start_server(
+        &mut self,
+        proto: Proto,
+        path: usize,
+        deadline_s: f64,
+    ) -> anyhow::Result<(Agent, Ready)> {
+        // Kernel TCP/MPTCP servers listen on every address (MPTCP's extra subflow arrives at
+        // the server's second address; background flows use both paths). UDP-based servers
+        // bind the path's address so replies leave from the address the client talks to.
+        let ip = if self.kind == NetKind::Loopback {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else if matches!(proto, Proto::Tcp | Proto::TcpBbr | Proto::Mptcp) {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else {
+            self.server_ip(path)
+        };
+        let spec = AgentSpec {
+            proto,
+            role: Role::Server,
+            addr: SocketAddr::new(ip, 0),
+            bind: None,
+            credential: None,
+            work: None,
+            deadline_s,
+            tern_mode: "flows".into(),
+        };
+        let mut agent = self.spawn("s", &spec, "server")?;
+        let stdout = agent.child.stdout.take().context("no stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(15))
+            .map_err(|_| anyhow!("{proto} server did not start: {}", agent.log_tail()))?;
+        let ready: Ready = serde_json::from_str(line.trim())
+            .map_err(|e| anyhow!("{proto} server: {e}: {line:?} {}", agent.log_tail()))?;
+        Ok((agent, ready))
+    }
+
+    fn start_client(
+        &mut self,
+        spec: &AgentSpec,
+        tag: &str,
+    ) -> anyhow::Result<(Agent, mpsc::Receiver<String>)> {
+        let mut agent = self.spawn("c", spec, tag)?;
+        let stdout = agent.child.stdout.take().context("no stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                text = line;
+            }
+            let _ = tx.send(text);
+        });
+        Ok((agent, rx))
+    }
+
+    /// Runs one protocol on one case: server, client, collect. Never fails: errors go into
+    /// the case.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_case(
+        &mut self,
+        proto: Proto,
+        path: usize,
+        work: &Work,
+        timeout_s: f64,
+        tern_mode: &str,
+        background: bool,
+        hog: Option<f64>,
+        tag: &str,
+    ) -> Case {
+        let started = Instant::now();
+        let mut case = Case {
+            protocol: proto.name().into(),
+            ..Case::default()
+        };
+        let mut extras: Vec<Agent> = Vec::new();
+        let r = (|| -> anyhow::Result<()> {
+            if background {
+                extras.extend(self.start_background(timeout_s + 30.0)?);
+            }
+            if let Some(load) = hog {
+                if load > 0.0 {
+                    extras.push(self.start_hog(load, timeout_s + 30.0)?);
+                }
+            }
+            let (mut server, ready) = self.start_server(proto, path, timeout_s + 30.0)?;
+            let spec = AgentSpec {
+                proto,
+                role: Role::Client,
+                addr: SocketAddr::new(self.server_ip(path), ready.addr.port()),
+                bind: self.client_ip(path),
+                credential: ready.credential.clone(),
+                work: Some(work.clone()),
+                deadline_s: timeout_s,
+                tern_mode: tern_mode.into(),
+            };
+            let (mut client, rx) = self.start_client(&spec, tag)?;
+            let line = rx.recv_timeout(Duration::from_secs_f64(timeout_s + 5.0));
+            let server_cpu = proc_cpu_seconds(server.child.id());
+            server.kill();
+            client.kill();
+            let line = match line {
+                Ok(l) if !l.trim().is_empty() => l,
+                _ => bail!(
+                    "{proto} client gave no report within {timeout_s:.0} s: {} / server: {}",
+                    client.log_tail(),
+                    server.log_tail()
+                ),
+            };
+            let report: ClientReport = serde_json::from_str(line.trim())
+                .map_err(|e| anyhow!("{proto} client report: {e}"))?;
+            case.rpc = report.rpc;
+            case.flows = report.flows;
+            case.extra = report.extra;
+            case.error = report.error;
+            case.cpu = Some(CpuUse {
+                client_s: report.cpu_s,
+                server_s: server_cpu,
+            });
+            Ok(())
+        })();
+        for mut a in extras {
+            a.kill();
+        }
+        if let Err(e) = r {
+            case.error = Some(format!("{e:#}"));
+        }
+        case.links = self.link_stats();
+        case.wall_s = started.elapsed().as_secs_f64();
+        case
+    }
+
+    /// One bulk TCP (CUBIC) download per path, from the server to the client, until killed.
+    fn start_background(&mut self, deadline_s: f64) -> anyhow::Result<Vec<Agent>> {
+        let (server, ready) = self.start_server(Proto::Tcp, 0, deadline_s)?;
+        let mut agents = vec![server];
+        let paths = if self.kind == NetKind::Dual { 2 } else { 1 };
+        for p in 0..paths {
+            let spec = AgentSpec {
+                proto: Proto::Tcp,
+                role: Role::Client,
+                addr: SocketAddr::new(self.server_ip(p), ready.addr.port()),
+                bind: self.client_ip(p),
+                credential: None,
+                work: Some(Work::Flows(FlowPlan {
+                    sizes: vec![vec![u64::MAX]],
+                    flow_timeout_ms: (deadline_s * 1e3) as u64,
+                })),
+                deadline_s,
+                tern_mode: "flows".into(),
+            };
+            agents.push(self.start_client(&spec, "background")?.0);
+        }
+        // Let the background flows leave slow start.
+        std::thread::sleep(Duration::from_secs(2));
+        Ok(agents)
+    }
+
+    fn start_hog(&mut self, load: f64, seconds: f64) -> anyhow::Result<Agent> {
+        self.runs += 1;
+        let log = self.logs.join(format!("{:04}-hog.log", self.runs));
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let child = Command::new(&self.exe)
+            .args([
+                "agent-hog",
+                "--load",
+                &load.to_string(),
+                "--threads",
+                &cpus.to_string(),
+            ])
+            .args(["--seconds", &seconds.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&log)?)
+            .spawn()?;
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(Agent { child, log })
+    }
+
+    fn link_stats(&self) -> Vec<LinkStat> {
+        let Some(t) = &self.topo else {
+            return Vec::new();
+        };
+        let Some(emu) = t.emulator() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (link, dir) in emu.directions() {
+            if let Ok(s) = emu.stats(&link, dir) {
+                out.push(LinkStat {
+                    link: link.clone(),
+                    dir: if dir == Direction::Up { "up" } else { "down" }.into(),
+                    offered: s.offered,
+                    delivered_bytes: s.delivered_bytes,
+                    dropped_queue: s.dropped_queue,
+                    dropped_loss: s.dropped_loss,
+                    queue_max_bytes: s.max_queue_bytes,
+                });
+            }
+        }
+        out
+    }
+}
+
+fn run_quiet(cmd: &mut Command) {
+    let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+}

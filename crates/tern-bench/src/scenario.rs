@@ -1,0 +1,595 @@
+//! Scenario definitions, independent of any protocol (netbench's split): each scenario says
+//! which network and link settings to use, which cases to run, and what workload each case
+//! gives the client; the collector runs every case for every protocol; [`summarize`] turns
+//! the raw samples into the rows the tables and plots show.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::bail;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Exp};
+use serde_json::{json, Value};
+
+use crate::profile::{self, LinkOptions, NetKind, Profile};
+use crate::results::{stats, Case, Row, RunFile, Skipped};
+use crate::spec::{FlowPlan, Proto, RpcPlan, Work};
+
+/// Scenario names and one-line descriptions.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("mar", "MAR study: 30 Hz requests of 9 sizes (4.5–151.2 kB), 100-byte replies: RTT median/std/p99, jitter, throughput"),
+    ("short-flows", "Viscous: 1/5/10/20 threads × 100 back-to-back flows (exponential sizes) on two 50 Mbit/s paths, RTT 16/80/320 ms, ± background TCP: flow completion time"),
+    ("long-flow", "Viscous: one transfer of 1 MB–1 GB on one 50 Mbit/s path: completion time"),
+    ("bulk", "UDT/SLTP: one transfer on loopback: goodput and CPU seconds per GB"),
+    ("startup", "SLTP: 1 MB on 50 Mbit/s / 100 ms: completion vs the ideal"),
+    ("echo-sizes", "SLTP: echo round trips of 64 B–1 MB, with a CPU hog at 0–100 % load"),
+];
+
+/// The MAR request sizes: 9 sizes from 4.5 to 151.2 kB, geometrically spaced (the study's
+/// exact list is not at hand; its end points are), rounded to 100 bytes.
+pub const MAR_SIZES: [u32; 9] = [
+    4_500, 7_000, 10_800, 16_800, 26_100, 40_500, 62_800, 97_400, 151_200,
+];
+
+/// Reply size of `mar`.
+pub const MAR_REPLY: u32 = 100;
+
+/// Echo sizes of `echo-sizes`.
+pub const ECHO_SIZES: [u32; 8] = [64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576];
+
+/// What `tern-bench run` was asked.
+#[derive(Clone, Debug)]
+pub struct RunOpts {
+    /// Scenario name.
+    pub scenario: String,
+    /// Profile name (default: the scenario's).
+    pub profile: Option<String>,
+    /// Loss in percent (default: the scenario's list).
+    pub loss: Option<f64>,
+    /// `--trace FILE`.
+    pub trace: Option<PathBuf>,
+    /// Short version.
+    pub quick: bool,
+    /// Protocols (default: the scenario's).
+    pub protocols: Option<Vec<Proto>>,
+    /// RTT list override (ms).
+    pub rtts: Option<Vec<f64>>,
+    /// Thread-count override (short-flows).
+    pub threads: Option<Vec<u32>>,
+    /// tern driver mode.
+    pub tern_mode: String,
+    /// Seed of the flow-size draws and the emulator.
+    pub seed: u64,
+    /// Extra tern-netem settings for every direction.
+    pub link_extra: Option<String>,
+    /// Requests per size (mar, echo-sizes) or flows per thread (short-flows), overriding
+    /// the quick/full default.
+    pub count: Option<u32>,
+}
+
+/// One case: parameters, link, workload.
+#[derive(Clone, Debug)]
+pub struct CaseDef {
+    /// Parameters recorded with the results.
+    pub params: BTreeMap<String, Value>,
+    /// Link settings.
+    pub link: LinkOptions,
+    /// The client's work.
+    pub work: Work,
+    /// Which path (dual topology).
+    pub path: usize,
+    /// Background TCP on every path.
+    pub background: bool,
+    /// CPU hog load (percent).
+    pub hog: Option<f64>,
+    /// Bound on the client's run.
+    pub timeout_s: f64,
+    /// Protocols this case is not for (with why).
+    pub exclude: Vec<(Proto, String)>,
+}
+
+/// A planned run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Scenario name.
+    pub scenario: &'static str,
+    /// Profile.
+    pub profile: &'static Profile,
+    /// File name suffix.
+    pub variant: String,
+    /// Protocols, in order.
+    pub protocols: Vec<Proto>,
+    /// Cases.
+    pub cases: Vec<CaseDef>,
+    /// Settings for the results file.
+    pub settings: Value,
+    /// Protocols left out, with why.
+    pub skipped: Vec<Skipped>,
+}
+
+fn params(pairs: &[(&str, Value)]) -> BTreeMap<String, Value> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .collect()
+}
+
+fn default_protocols(scenario: &str) -> Vec<Proto> {
+    use Proto::*;
+    match scenario {
+        "mar" => vec![Tern, Tcp, Quic, Udp, Rtp, Udt, Srt],
+        "short-flows" => vec![Tern, Tcp, Mptcp, Quic],
+        "long-flow" => vec![Tern, Tcp, Quic, Udt, Srt],
+        "bulk" => vec![Tern, Tcp, Quic, Udp, Udt, Srt],
+        "startup" => vec![Tern, Tcp, Quic, Udt, Srt],
+        "echo-sizes" => vec![Tern, Tcp, Quic, Udp, Udt, Srt],
+        _ => vec![],
+    }
+}
+
+fn default_profile(scenario: &str) -> &'static str {
+    match scenario {
+        "mar" => "lte",
+        "short-flows" => "viscous",
+        "long-flow" => "path50",
+        "bulk" | "echo-sizes" => "loopback",
+        "startup" => "startup",
+        _ => "lte",
+    }
+}
+
+/// Plans a run.
+pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
+    let Some(&(scenario, _)) = SCENARIOS.iter().find(|(n, _)| *n == o.scenario) else {
+        let names: Vec<&str> = SCENARIOS.iter().map(|s| s.0).collect();
+        bail!(
+            "unknown scenario {:?}; known: {}",
+            o.scenario,
+            names.join(", ")
+        );
+    };
+    let profile = profile::profile(o.profile.as_deref().unwrap_or(default_profile(scenario)))?;
+    match (scenario, profile.net) {
+        ("short-flows", n) if n != NetKind::Dual => {
+            bail!("short-flows needs a two-path profile (viscous)")
+        }
+        ("bulk", n) if n != NetKind::Loopback => {
+            bail!("bulk runs on loopback only (--profile loopback)")
+        }
+        (s, NetKind::Dual) if s != "short-flows" => {
+            bail!("{s} runs on one path; use a single-path profile")
+        }
+        _ => {}
+    }
+    let trace = match &o.trace {
+        Some(t) => Some(profile::trace_pair(t)?),
+        None => None,
+    };
+    if trace.is_some() && profile.net == NetKind::Loopback {
+        bail!("--trace needs an emulated profile");
+    }
+    let losses: Vec<f64> = match (o.loss, scenario) {
+        (Some(l), _) => vec![l],
+        (None, "mar") => vec![0.0, 1.0],
+        (None, _) => vec![0.0],
+    };
+    let mut variant = Vec::new();
+    if let Some(l) = o.loss {
+        variant.push(format!("loss{l}"));
+    }
+    if let Some(t) = &o.trace {
+        let name = t
+            .file_stem()
+            .map_or("trace".into(), |s| s.to_string_lossy().into_owned());
+        variant.push(format!("trace-{name}"));
+    }
+    let link = |loss: f64, rtt: Option<f64>| LinkOptions {
+        loss_pct: loss,
+        rtt_ms: rtt,
+        trace: trace.clone(),
+        extra: o.link_extra.clone(),
+    };
+    let q = o.quick;
+    let mut cases = Vec::new();
+    let mut settings = json!({
+        "profile": profile,
+        "losses_pct": losses,
+        "trace": o.trace,
+        "link_extra": o.link_extra,
+        "seed": o.seed,
+        "tern_mode": o.tern_mode,
+        "count": o.count,
+    });
+    match scenario {
+        "mar" => {
+            let per_size = o.count.unwrap_or(if q { 30 } else { 300 });
+            let plan = RpcPlan {
+                sizes: MAR_SIZES.to_vec(),
+                per_size,
+                interval_ms: Some(1000.0 / 30.0),
+                reply: Some(MAR_REPLY),
+                drain_ms: if q { 1_500 } else { 5_000 },
+            };
+            let phase_s = f64::from(per_size) / 30.0 + plan.drain_ms as f64 / 1e3 + 2.0;
+            settings["rpc"] = serde_json::to_value(&plan)?;
+            for &loss in &losses {
+                cases.push(CaseDef {
+                    params: params(&[("loss", json!(loss))]),
+                    link: link(loss, None),
+                    work: Work::Rpc(plan.clone()),
+                    path: 0,
+                    background: false,
+                    hog: None,
+                    timeout_s: phase_s * MAR_SIZES.len() as f64 + 20.0,
+                    exclude: vec![],
+                });
+            }
+        }
+        "short-flows" => {
+            let threads =
+                o.threads
+                    .clone()
+                    .unwrap_or(if q { vec![1, 10] } else { vec![1, 5, 10, 20] });
+            let rtts = o.rtts.clone().unwrap_or(if q {
+                vec![80.0]
+            } else {
+                vec![16.0, 80.0, 320.0]
+            });
+            let flows = o.count.unwrap_or(if q { 20 } else { 100 });
+            let mean = 100_000.0;
+            settings["flows_per_thread"] = json!(flows);
+            settings["size_distribution"] = json!({"kind": "exponential", "mean_bytes": mean, "min_bytes": 1000, "max_bytes": 2_000_000});
+            settings["threads"] = json!(threads);
+            settings["rtts_ms"] = json!(rtts);
+            for &rtt in &rtts {
+                for &bg in &[false, true] {
+                    for &t in &threads {
+                        let mut rng =
+                            rand_chacha::ChaCha8Rng::seed_from_u64(o.seed ^ u64::from(t) << 8);
+                        let exp = Exp::new(1.0 / mean).expect("positive rate");
+                        let sizes: Vec<Vec<u64>> = (0..t)
+                            .map(|_| {
+                                (0..flows)
+                                    .map(|_| (exp.sample(&mut rng) as u64).clamp(1_000, 2_000_000))
+                                    .collect()
+                            })
+                            .collect();
+                        let flow_timeout_ms = if q { 30_000 } else { 60_000 };
+                        let expect_s =
+                            f64::from(flows) * (8.0 * rtt / 1e3 + 0.5) * if bg { 3.0 } else { 1.5 };
+                        cases.push(CaseDef {
+                            params: params(&[
+                                ("rtt_ms", json!(rtt)),
+                                ("background", json!(bg)),
+                                ("threads", json!(t)),
+                            ]),
+                            link: link(losses[0], Some(rtt)),
+                            work: Work::Flows(FlowPlan {
+                                sizes,
+                                flow_timeout_ms,
+                            }),
+                            path: 0,
+                            background: bg,
+                            hog: None,
+                            timeout_s: expect_s.max(60.0) + 30.0,
+                            exclude: vec![],
+                        });
+                    }
+                }
+            }
+        }
+        "long-flow" => {
+            let sizes: Vec<u64> = if q {
+                vec![1_000_000, 10_000_000]
+            } else {
+                vec![1_000_000, 10_000_000, 100_000_000, 1_000_000_000]
+            };
+            settings["sizes"] = json!(sizes);
+            let rate = profile.down_mbps.unwrap_or(50.0);
+            for &size in &sizes {
+                let ideal_s = size as f64 * 8.0 / (rate * 1e6);
+                let flow_timeout_ms = ((ideal_s * 4.0 + 30.0) * 1e3) as u64;
+                cases.push(CaseDef {
+                    params: params(&[("size", json!(size))]),
+                    link: link(losses[0], o.rtts.as_ref().and_then(|r| r.first().copied())),
+                    work: Work::Flows(FlowPlan {
+                        sizes: vec![vec![size]],
+                        flow_timeout_ms,
+                    }),
+                    path: 0,
+                    background: false,
+                    hog: None,
+                    timeout_s: flow_timeout_ms as f64 / 1e3 + 10.0,
+                    exclude: vec![],
+                });
+            }
+        }
+        "bulk" => {
+            let size: u64 = if q { 256 << 20 } else { 1 << 30 };
+            let reps = if q { 1 } else { 3 };
+            settings["size"] = json!(size);
+            for rep in 0..reps {
+                cases.push(CaseDef {
+                    params: params(&[("size", json!(size)), ("rep", json!(rep))]),
+                    link: LinkOptions::default(),
+                    work: Work::Flows(FlowPlan {
+                        sizes: vec![vec![size]],
+                        flow_timeout_ms: 120_000,
+                    }),
+                    path: 0,
+                    background: false,
+                    hog: None,
+                    timeout_s: 130.0,
+                    exclude: vec![],
+                });
+            }
+        }
+        "startup" => {
+            let size: u64 = 1_000_000;
+            let reps = if q { 3 } else { 10 };
+            settings["size"] = json!(size);
+            for rep in 0..reps {
+                cases.push(CaseDef {
+                    params: params(&[("size", json!(size)), ("rep", json!(rep))]),
+                    link: link(losses[0], o.rtts.as_ref().and_then(|r| r.first().copied())),
+                    work: Work::Flows(FlowPlan {
+                        sizes: vec![vec![size]],
+                        flow_timeout_ms: 30_000,
+                    }),
+                    path: 0,
+                    background: false,
+                    hog: None,
+                    timeout_s: 40.0,
+                    exclude: vec![],
+                });
+            }
+        }
+        "echo-sizes" => {
+            let loads: Vec<f64> = if q {
+                vec![0.0, 100.0]
+            } else {
+                vec![0.0, 25.0, 50.0, 75.0, 100.0]
+            };
+            let per_size = o.count.unwrap_or(if q { 30 } else { 200 });
+            let plan = RpcPlan {
+                sizes: ECHO_SIZES.to_vec(),
+                per_size,
+                interval_ms: None,
+                reply: None,
+                drain_ms: 2_000,
+            };
+            settings["rpc"] = serde_json::to_value(&plan)?;
+            settings["loads_pct"] = json!(loads);
+            for &load in &loads {
+                cases.push(CaseDef {
+                    params: params(&[("load", json!(load))]),
+                    link: link(losses[0], None),
+                    work: Work::Rpc(plan.clone()),
+                    path: 0,
+                    background: false,
+                    hog: Some(load),
+                    timeout_s: 120.0 + f64::from(per_size) * 8.0 * 0.05,
+                    exclude: vec![],
+                });
+            }
+        }
+        _ => unreachable!(),
+    }
+    let wanted = o
+        .protocols
+        .clone()
+        .unwrap_or_else(|| default_protocols(scenario));
+    let mut protocols = Vec::new();
+    let mut skipped = Vec::new();
+    for p in wanted {
+        let why = p.unavailable().or_else(|| match (p, scenario) {
+            (Proto::Udp | Proto::Rtp, "short-flows" | "long-flow" | "startup") => {
+                Some("unreliable: flows need retransmission".into())
+            }
+            (Proto::Rtp, "bulk") => Some("RTP runs request/response workloads only".into()),
+            _ => None,
+        });
+        match why {
+            Some(reason) => skipped.push(Skipped {
+                protocol: p.name().into(),
+                reason,
+            }),
+            None => protocols.push(p),
+        }
+    }
+    Ok(Plan {
+        scenario,
+        profile,
+        variant: variant.join("-"),
+        protocols,
+        cases,
+        settings,
+        skipped,
+    })
+}
+
+fn link_options_of(case: &Case) -> LinkOptions {
+    LinkOptions {
+        loss_pct: case
+            .params
+            .get("loss")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0),
+        rtt_ms: case.params.get("rtt_ms").and_then(Value::as_f64),
+        trace: None,
+        extra: None,
+    }
+}
+
+fn span_s(flows: &[crate::results::FlowSample]) -> f64 {
+    let start = flows
+        .iter()
+        .map(|f| f.start_ms)
+        .fold(f64::INFINITY, f64::min);
+    let end = flows
+        .iter()
+        .filter_map(|f| f.fct_ms.map(|d| f.start_ms + d))
+        .fold(f64::NEG_INFINITY, f64::max);
+    (end - start) / 1e3
+}
+
+/// Rows of the summary, from the raw cases.
+pub fn summarize(run: &RunFile) -> Vec<Row> {
+    let profile = profile::profile(&run.profile).ok();
+    let traced = run.settings.get("trace").is_some_and(|t| !t.is_null());
+    let mut rows = Vec::new();
+    for case in &run.cases {
+        let mut base = case.params.clone();
+        if case.error.is_some() {
+            base.insert("error".into(), json!(true));
+        }
+        match run.scenario.as_str() {
+            "mar" | "echo-sizes" => {
+                let mut sizes: Vec<u32> = case.rpc.iter().map(|s| s.size).collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                for size in sizes {
+                    let mut samples: Vec<_> = case.rpc.iter().filter(|s| s.size == size).collect();
+                    samples.sort_by_key(|s| s.seq);
+                    let rtts: Vec<f64> = samples.iter().filter_map(|s| s.rtt_ms).collect();
+                    let n = samples.len() as f64;
+                    let mut m = BTreeMap::new();
+                    m.insert("n".into(), n);
+                    m.insert(
+                        "lost_pct".into(),
+                        100.0 * (n - rtts.len() as f64) / n.max(1.0),
+                    );
+                    m.insert("rtt_p50_ms".into(), stats::median(&rtts));
+                    m.insert("rtt_mean_ms".into(), stats::mean(&rtts));
+                    m.insert("rtt_std_ms".into(), stats::std(&rtts));
+                    m.insert("rtt_p99_ms".into(), stats::percentile(&rtts, 99.0));
+                    m.insert("jitter_ms".into(), stats::pdv(&rtts));
+                    let first = samples.iter().map(|s| s.t_ms).fold(f64::INFINITY, f64::min);
+                    let last = samples
+                        .iter()
+                        .filter_map(|s| s.rtt_ms.map(|r| s.t_ms + r))
+                        .fold(f64::NEG_INFINITY, f64::max);
+                    let bytes: f64 = samples
+                        .iter()
+                        .filter(|s| s.rtt_ms.is_some())
+                        .map(|s| f64::from(s.size))
+                        .sum();
+                    m.insert(
+                        "throughput_mbps".into(),
+                        bytes * 8.0 / ((last - first) * 1e3),
+                    );
+                    if let (Some(p), false, Some(r)) = (profile, traced, samples.first()) {
+                        if let Some(ideal) = p.ideal_rpc_ms(&link_options_of(case), size, r.reply) {
+                            m.insert("ideal_ms".into(), ideal);
+                            m.insert("p50_over_ideal".into(), stats::median(&rtts) / ideal);
+                        }
+                    }
+                    let mut params = base.clone();
+                    params.insert("size".into(), json!(size));
+                    rows.push(Row {
+                        protocol: case.protocol.clone(),
+                        params,
+                        metrics: m,
+                    });
+                }
+            }
+            "short-flows" | "long-flow" | "startup" | "bulk" => {
+                let done: Vec<f64> = case.flows.iter().filter_map(|f| f.fct_ms).collect();
+                let bytes: f64 = case.flows.iter().map(|f| f.received as f64).sum();
+                let mut m = BTreeMap::new();
+                m.insert("flows".into(), case.flows.len() as f64);
+                m.insert("failed".into(), (case.flows.len() - done.len()) as f64);
+                m.insert("fct_mean_ms".into(), stats::mean(&done));
+                m.insert("fct_p50_ms".into(), stats::median(&done));
+                m.insert("fct_p99_ms".into(), stats::percentile(&done, 99.0));
+                let span = span_s(&case.flows);
+                m.insert("goodput_mbps".into(), bytes * 8.0 / span / 1e6);
+                if let Some(cpu) = case.cpu {
+                    let gb = bytes / 1e9;
+                    if gb > 0.0 {
+                        m.insert("cpu_client_s_per_gb".into(), cpu.client_s / gb);
+                        if let Some(server) = cpu.server_s {
+                            m.insert("cpu_server_s_per_gb".into(), server / gb);
+                            m.insert("cpu_s_per_gb".into(), (cpu.client_s + server) / gb);
+                        }
+                    }
+                }
+                if run.scenario == "startup" {
+                    if let (Some(p), Some(f)) = (profile, case.flows.first()) {
+                        let o = link_options_of(case);
+                        if let (Some(rate), false) = (p.down_mbps, traced) {
+                            // Ideal: handshake (1 RTT) + request and first byte (1 RTT) + size / C.
+                            let ideal = 2.0 * p.rtt(&o) + f.size as f64 * 8.0 / (rate * 1e3);
+                            m.insert("ideal_ms".into(), ideal);
+                            m.insert("fct_over_ideal".into(), stats::mean(&done) / ideal);
+                        }
+                    }
+                }
+                rows.push(Row {
+                    protocol: case.protocol.clone(),
+                    params: base,
+                    metrics: m,
+                });
+            }
+            _ => {}
+        }
+    }
+    add_ratio(&mut rows, "tcp");
+    // JSON has no NaN: a metric that cannot be computed (no samples) is left out.
+    for r in &mut rows {
+        r.metrics.retain(|_, v| v.is_finite());
+    }
+    rows
+}
+
+/// The headline metric of a scenario, and whether lower is better.
+pub fn headline(scenario: &str) -> Vec<(&'static str, &'static str)> {
+    match scenario {
+        "mar" => vec![
+            ("rtt_p50_ms", "p50"),
+            ("rtt_p99_ms", "p99"),
+            ("jitter_ms", "jitter"),
+        ],
+        "echo-sizes" => vec![("rtt_p50_ms", "p50")],
+        "short-flows" | "startup" | "long-flow" => vec![("fct_mean_ms", "fct")],
+        "bulk" => vec![("goodput_mbps", "goodput"), ("cpu_s_per_gb", "cpu")],
+        _ => vec![],
+    }
+}
+
+/// Adds `<short>_vs_<base>` ratios: each row's headline metrics divided by those of the
+/// `base` protocol's row with the same parameters (measured in the same run).
+fn add_ratio(rows: &mut [Row], base: &str) {
+    let keys: Vec<(BTreeMap<String, Value>, BTreeMap<String, f64>)> = rows
+        .iter()
+        .filter(|r| r.protocol == base)
+        .map(|r| {
+            let mut p = r.params.clone();
+            p.remove("error");
+            (p, r.metrics.clone())
+        })
+        .collect();
+    for r in rows.iter_mut() {
+        let mut p = r.params.clone();
+        p.remove("error");
+        let scenario_keys: Vec<&str> = [
+            "rtt_p50_ms",
+            "rtt_p99_ms",
+            "jitter_ms",
+            "fct_mean_ms",
+            "goodput_mbps",
+            "cpu_s_per_gb",
+        ]
+        .to_vec();
+        if let Some((_, bm)) = keys.iter().find(|(k, _)| *k == p) {
+            for key in scenario_keys {
+                if let (Some(a), Some(b)) = (r.metrics.get(key).copied(), bm.get(key).copied()) {
+                    if b > 0.0 && a.is_finite() && b.is_finite() {
+                        let short = key.trim_end_matches("_ms").trim_end_matches("_mbps");
+                        r.metrics.insert(format!("{short}_vs_{base}"), a / b);
+                    }
+                }
+            }
+        }
+    }
+}
