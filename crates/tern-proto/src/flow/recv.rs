@@ -77,27 +77,8 @@ impl RecvFlow {
         if start >= end {
             return Ok(new_highest);
         }
-        let mut cursor = start;
-        let holes: Vec<(u64, u64)> = {
-            let mut v = Vec::new();
-            for r in self.received.iter() {
-                if r.end <= cursor {
-                    continue;
-                }
-                if r.start >= end {
-                    break;
-                }
-                if r.start > cursor {
-                    v.push((cursor, r.start));
-                }
-                cursor = cursor.max(r.end);
-            }
-            if cursor < end {
-                v.push((cursor, end));
-            }
-            v
-        };
-        for (s, e) in holes {
+        for hole in self.received.holes(start..end) {
+            let (s, e) = (hole.start, hole.end);
             let from = (s - offset) as usize;
             let to = (e - offset) as usize;
             self.chunks

@@ -110,27 +110,8 @@ impl MessageReceiver {
             return Err(MessageRecvError::Inconsistent);
         }
         let mut new = 0;
-        let mut cursor = offset;
-        let holes: Vec<(u64, u64)> = {
-            let mut v = Vec::new();
-            for r in m.received.iter() {
-                if r.end <= cursor {
-                    continue;
-                }
-                if r.start >= end {
-                    break;
-                }
-                if r.start > cursor {
-                    v.push((cursor, r.start));
-                }
-                cursor = cursor.max(r.end);
-            }
-            if cursor < end {
-                v.push((cursor, end));
-            }
-            v
-        };
-        for (s, e) in holes {
+        for hole in m.received.holes(offset..end) {
+            let (s, e) = (hole.start, hole.end);
             m.chunks.insert(
                 s,
                 Bytes::copy_from_slice(&data[(s - offset) as usize..(e - offset) as usize]),

@@ -127,6 +127,35 @@ impl RangeSet {
         }
     }
 
+    /// The parts of `range` not in the set, in order: what a receiver still lacks of a
+    /// newly arrived chunk, so that duplicates never take memory twice.
+    pub fn holes(&self, range: Range<u64>) -> Vec<Range<u64>> {
+        let mut out = Vec::new();
+        let mut cursor = range.start;
+        // Start from the last range that begins at or before `range.start`.
+        let from = self
+            .map
+            .range(..=range.start)
+            .next_back()
+            .map_or(range.start, |(&s, _)| s);
+        for (&s, &e) in self.map.range(from..) {
+            if e <= cursor {
+                continue;
+            }
+            if s >= range.end {
+                break;
+            }
+            if s > cursor {
+                out.push(cursor..s);
+            }
+            cursor = cursor.max(e);
+        }
+        if cursor < range.end {
+            out.push(cursor..range.end);
+        }
+        out
+    }
+
     /// Ranges from highest to lowest.
     pub fn iter_rev(&self) -> impl Iterator<Item = Range<u64>> + Clone + '_ {
         self.map.iter().rev().map(|(&s, &e)| s..e)
@@ -148,6 +177,17 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+
+    #[test]
+    fn holes_are_what_is_missing() {
+        let mut s = RangeSet::new();
+        s.insert(10..20);
+        s.insert(30..40);
+        assert_eq!(s.holes(0..50), vec![0..10, 20..30, 40..50]);
+        assert_eq!(s.holes(12..18), vec![]);
+        assert_eq!(s.holes(15..35), vec![20..30]);
+        assert_eq!(s.holes(5..5), vec![]);
+    }
 
     #[test]
     fn merge_and_split() {
