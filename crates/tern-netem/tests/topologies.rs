@@ -63,10 +63,12 @@ fn dual_paths_are_disjoint_and_chosen_by_source_address() {
     let cross = owd(&topo, "c", Some("10.77.3.1:0"), "s", "10.77.2.1", 7103);
     let back = owd(&topo, "s", Some("10.77.4.1:0"), "c", "10.77.1.1", 7104);
     println!("dual: path 1 {p1:.2} ms, path 2 {p2:.2} ms, from 10.77.3.1 {cross:.2} ms, back via r2 {back:.2} ms");
-    assert!((10.0..11.0).contains(&p1));
-    assert!((40.0..41.0).contains(&p2));
-    assert!((40.0..41.0).contains(&cross));
-    assert!((40.0..41.0).contains(&back));
+    // This test is about which path a datagram takes (10 ms or 40 ms); delay accuracy is
+    // accuracy.rs's job, so allow 2 ms of scheduling noise on a loaded machine.
+    assert!((10.0..12.0).contains(&p1), "{p1}");
+    assert!((40.0..42.0).contains(&p2), "{p2}");
+    assert!((40.0..42.0).contains(&cross), "{cross}");
+    assert!((40.0..42.0).contains(&back), "{back}");
     let r1 = emu.stats("r1", Direction::Up).unwrap();
     let r2 = emu.stats("r2", Direction::Up).unwrap();
     assert_eq!(r1.offered, 50);
