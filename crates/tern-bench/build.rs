@@ -71,4 +71,40 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     println!("cargo::rustc-env=TERN_BENCH_RUSTC={version}");
+
+    // The tern under test as built: git revision plus whether the work tree differed.
+    for dir in [
+        "../tern/src",
+        "../tern-proto/src",
+        "../../.git/HEAD",
+        "../../.git/index",
+    ] {
+        println!("cargo::rerun-if-changed={dir}");
+    }
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let rev = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty = git(&[
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "../tern",
+        "../tern-proto",
+    ])
+    .is_some_and(|s| !s.is_empty());
+    println!(
+        "cargo::rustc-env=TERN_BENCH_BUILD_GIT={rev}{}",
+        if dirty {
+            " + uncommitted changes to tern/tern-proto"
+        } else {
+            ""
+        }
+    );
 }

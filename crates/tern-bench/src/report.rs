@@ -208,7 +208,7 @@ pub fn markdown(run: &RunFile) -> String {
         run.machine.kernel,
         run.machine.cpus,
         run.machine.cpu_model,
-        if run.quick { "--quick" } else { "full" }
+        mode(run)
     );
     m += "\n";
     if run.scenario == "mar" {
@@ -302,6 +302,19 @@ pub fn markdown(run: &RunFile) -> String {
     m
 }
 
+/// `--quick`, `full`, or the `--count` given.
+fn mode(run: &RunFile) -> String {
+    let base = if run.quick { "--quick" } else { "full" };
+    match run
+        .settings
+        .get("count")
+        .and_then(serde_json::Value::as_u64)
+    {
+        Some(n) => format!("{base}, --count {n}"),
+        None => base.to_string(),
+    }
+}
+
 fn inline_svg(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     match text.find("<svg") {
@@ -328,7 +341,7 @@ Made by <code>tern-bench report</code>; the JSON files beside this page hold eve
             h,
             "<li><a href=\"#{stem}\">{stem}</a> — {} ({})</li>",
             esc(&run.date),
-            if run.quick { "quick" } else { "full" }
+            mode(run)
         );
     }
     h += "</ul>\n";

@@ -62,23 +62,10 @@ fn output(cmd: &mut Command) -> Option<String> {
 pub fn versions() -> BTreeMap<String, String> {
     let mut v = BTreeMap::new();
     v.insert("tern-bench".into(), env!("CARGO_PKG_VERSION").into());
-    let repo = env!("CARGO_MANIFEST_DIR");
-    if let Some(rev) =
-        output(Command::new("git").args(["-C", repo, "rev-parse", "--short=12", "HEAD"]))
-    {
-        let dirty = output(Command::new("git").args([
-            "-C",
-            repo,
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-        ]))
-        .is_some_and(|s| !s.is_empty());
-        v.insert(
-            "tern (git)".into(),
-            if dirty { format!("{rev}+dirty") } else { rev },
-        );
-    }
+    v.insert(
+        "tern (as built)".into(),
+        env!("TERN_BENCH_BUILD_GIT").into(),
+    );
     for pair in env!("TERN_BENCH_DEP_VERSIONS")
         .split(';')
         .filter(|s| !s.is_empty())

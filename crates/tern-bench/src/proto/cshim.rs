@@ -3,20 +3,19 @@
 //! library with a macro. Built only when the Debian headers are present (see build.rs).
 #![allow(unsafe_code)] // FFI into libudt/libsrt; every call passes valid, live buffers.
 
-use std::ffi::{CStr, CString};
-use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::os::raw::{c_char, c_int};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
-
-use super::stream::{Conn, Listener, Transport};
-
+#[allow(unused_macros)] // unused when neither library is installed
 macro_rules! shim {
     ($modname:ident, $ty:ident, $startup:ident, $listen:ident, $accept:ident, $connect:ident,
      $send:ident, $recv:ident, $rcvtimeo:ident, $close:ident, $error:ident, $label:literal) => {
         mod $modname {
-            use super::*;
+            use std::ffi::{CStr, CString};
+            use std::io;
+            use std::net::{IpAddr, SocketAddr};
+            use std::os::raw::{c_char, c_int};
+            use std::sync::atomic::{AtomicBool, Ordering};
+            use std::time::Duration;
+
+            use crate::proto::stream::{Conn, Listener, Transport};
 
             extern "C" {
                 fn $startup() -> c_int;
