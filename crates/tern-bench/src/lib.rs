@@ -79,7 +79,20 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
     for s in &plan.skipped {
         eprintln!("  not run: {}: {}", s.protocol, s.reason);
     }
-    let total = plan.cases.len() * plan.protocols.len();
+    // tern runs once per mode; every other protocol once.
+    let runs: Vec<(Proto, &str)> = plan
+        .protocols
+        .iter()
+        .flat_map(|&p| {
+            let modes: Vec<&str> = if p == Proto::Tern {
+                plan.tern_modes.iter().map(String::as_str).collect()
+            } else {
+                vec!["flows"]
+            };
+            modes.into_iter().map(move |m| (p, m))
+        })
+        .collect();
+    let total = plan.cases.len() * runs.len();
     let pb = ProgressBar::new(total as u64);
     pb.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -94,9 +107,14 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
             None => seed,
         });
         let cfg = plan.profile.emulation(&link)?;
-        for &proto in &plan.protocols {
+        for &(proto, tern_mode) in &runs {
             let what = format!(
-                "{proto} {}",
+                "{proto}{} {}",
+                if proto == Proto::Tern {
+                    format!(" ({tern_mode})")
+                } else {
+                    String::new()
+                },
                 serde_json::to_string(&def.params).unwrap_or_default()
             );
             if let Some((_, why)) = def.exclude.iter().find(|(p, _)| *p == proto) {
@@ -111,7 +129,7 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
                 def.path,
                 &def.work,
                 def.timeout_s,
-                &opts.tern_mode,
+                tern_mode,
                 def.background,
                 def.hog,
                 plan.scenario,

@@ -53,9 +53,13 @@ enum Cmd {
         /// Comma-separated thread counts (short-flows).
         #[arg(long, value_delimiter = ',')]
         threads: Option<Vec<u32>>,
-        /// tern driver: `flows` (one two-way flow per request). `messages` is reserved.
-        #[arg(long, default_value = "flows")]
-        tern_mode: String,
+        /// Comma-separated tern drivers, tern runs once per mode: `flows` (one two-way flow
+        /// per request, results row "tern"), `messages` (one message per request and a
+        /// reply matched to it, "tern-msg"), `messages:MS` (the same with a per-request
+        /// deadline of MS ms, "tern-msg-MSms"). Default: messages for mar and echo-sizes,
+        /// flows elsewhere.
+        #[arg(long, value_delimiter = ',')]
+        tern_mode: Option<Vec<String>>,
         /// Seed of flow sizes and emulator losses.
         #[arg(long, default_value_t = 1)]
         seed: u64,

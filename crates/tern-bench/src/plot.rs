@@ -36,6 +36,9 @@ pub fn colour(name: &str) -> RGBColor {
         "rtp" => RGBColor(188, 189, 34),
         "udt" => RGBColor(255, 127, 14),
         "srt" => RGBColor(140, 86, 75),
+        // tern's message modes: the same hue, darker; with a deadline, pink.
+        "tern-msg" => RGBColor(140, 20, 20),
+        n if n.starts_with("tern-msg-") => RGBColor(227, 119, 194),
         _ => RGBColor(0, 0, 0),
     }
 }

@@ -300,8 +300,13 @@ impl Net {
         tag: &str,
     ) -> Case {
         let started = Instant::now();
+        let protocol = match proto {
+            Proto::Tern => crate::proto::ternp::TernMode::parse(tern_mode)
+                .map_or_else(|_| proto.name().into(), |m| m.label()),
+            _ => proto.name().into(),
+        };
         let mut case = Case {
-            protocol: proto.name().into(),
+            protocol,
             ..Case::default()
         };
         let mut extras: Vec<Agent> = Vec::new();

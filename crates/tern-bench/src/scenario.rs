@@ -57,7 +57,9 @@ pub struct RunOpts {
     /// Thread-count override (short-flows).
     pub threads: Option<Vec<u32>>,
     /// tern driver mode.
-    pub tern_mode: String,
+    /// tern driver modes (`flows`, `messages`, `messages:MS`); tern runs once per mode.
+    /// `None`: the scenario's default ([`default_tern_modes`]).
+    pub tern_mode: Option<Vec<String>>,
     /// Seed of the flow-size draws and the emulator.
     pub seed: u64,
     /// Extra tern-netem settings for every direction.
@@ -105,6 +107,17 @@ pub struct Plan {
     pub settings: Value,
     /// Protocols left out, with why.
     pub skipped: Vec<Skipped>,
+    /// How tern carries requests, one run of tern per mode (see `proto::ternp::TernMode`).
+    pub tern_modes: Vec<String>,
+}
+
+/// tern's default modes: messages for the request/response workloads they were made for
+/// (mar, echo-sizes), one flow per request or transfer elsewhere.
+pub fn default_tern_modes(scenario: &str) -> Vec<String> {
+    match scenario {
+        "mar" | "echo-sizes" => vec!["messages".into()],
+        _ => vec!["flows".into()],
+    }
 }
 
 fn params(pairs: &[(&str, Value)]) -> BTreeMap<String, Value> {
@@ -191,13 +204,20 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
     };
     let q = o.quick;
     let mut cases = Vec::new();
+    let tern_modes = o
+        .tern_mode
+        .clone()
+        .unwrap_or_else(|| default_tern_modes(scenario));
+    for m in &tern_modes {
+        crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
+    }
     let mut settings = json!({
         "profile": profile,
         "losses_pct": losses,
         "trace": o.trace,
         "link_extra": o.link_extra,
         "seed": o.seed,
-        "tern_mode": o.tern_mode,
+        "tern_mode": tern_modes,
         "count": o.count,
     });
     match scenario {
@@ -405,6 +425,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         cases,
         settings,
         skipped,
+        tern_modes,
     })
 }
 

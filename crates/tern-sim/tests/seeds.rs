@@ -73,7 +73,7 @@ fn run_seed(seed: u64) {
         })
         .collect();
     let total: u64 = sizes.iter().sum();
-    // Messages too: ordered or not, some with deadlines, random priorities.
+    // Messages too: ordered or not, some with deadlines or sent twice, random priorities.
     let messages: Vec<(usize, tern_proto::MessageOptions)> = (0..rng.random_range(0..12))
         .map(|_| {
             let mut o = tern_proto::MessageOptions::default().priority(rng.random_range(0..8));
@@ -82,6 +82,9 @@ fn run_seed(seed: u64) {
             }
             if rng.random_bool(0.3) {
                 o = o.deadline(Duration::from_millis(rng.random_range(50..2000)));
+            }
+            if rng.random_bool(0.3) {
+                o = o.redundant();
             }
             (rng.random_range(8..60_000), o)
         })

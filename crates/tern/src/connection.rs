@@ -244,21 +244,22 @@ impl Connection {
         &self,
         data: Bytes,
         opts: MessageOptions,
-    ) -> Result<Option<Message>, ConnectionError> {
+    ) -> Result<Option<Message>, RequestError> {
         let deadline = opts.deadline.map(|d| crate::runtime::now() + d);
         let id = {
             let now = crate::runtime::now();
             let mut inner = self.shared.lock();
             let Some(conn) = inner.connection(self.id) else {
                 drop(inner);
-                return Err(closed_error(&self.shared, self.id));
+                return Err(closed_error(&self.shared, self.id).into());
             };
             let id = match conn.send_message(now, data, opts) {
                 Ok(id) => id,
-                Err(_) => {
+                Err(SendMessageError::ConnectionClosed) => {
                     drop(inner);
-                    return Err(closed_error(&self.shared, self.id));
+                    return Err(closed_error(&self.shared, self.id).into());
                 }
+                Err(e) => return Err(RequestError::NotSent(e)),
             };
             if let Some(s) = inner.state(self.id) {
                 s.pending_requests.insert(id);
@@ -266,13 +267,16 @@ impl Connection {
             id
         };
         self.wake_driver();
+        // Whatever ends this call (reply, deadline, error, or the caller dropping it), the
+        // request stops waiting; a reply arriving later is dropped.
+        let _pending = PendingRequest { conn: self, id };
         let wait = poll_fn(|cx| {
             let mut inner = self.shared.lock();
             let Some(s) = inner.state(self.id) else {
                 return Poll::Ready(None);
             };
             if let Some(m) = s.replies.remove(&id) {
-                return Poll::Ready(Some(Ok(m)));
+                return Poll::Ready(Some(m));
             }
             if s.error.is_some() || s.drained {
                 return Poll::Ready(None);
@@ -285,19 +289,16 @@ impl Connection {
             None => wait.await,
         };
         match result {
-            Some(Ok(m)) => Ok(Some(m)),
-            Some(Err(e)) => Err(e),
+            Some(m) => Ok(Some(m)),
             None => {
                 let mut inner = self.shared.lock();
                 if let Some(s) = inner.state(self.id) {
-                    s.pending_requests.remove(&id);
-                    s.reply_waiters.remove(&id);
                     if s.error.is_none() && !s.drained {
                         return Ok(None);
                     }
                 }
                 drop(inner);
-                Err(closed_error(&self.shared, self.id))
+                Err(closed_error(&self.shared, self.id).into())
             }
         }
     }
@@ -406,6 +407,32 @@ impl Connection {
         })
         .await
     }
+}
+
+/// A request in progress; forgets it when dropped.
+struct PendingRequest<'a> {
+    conn: &'a Connection,
+    id: MessageId,
+}
+
+impl Drop for PendingRequest<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.conn.shared.lock().state(self.conn.id) {
+            s.abandon_request(self.id);
+        }
+    }
+}
+
+/// Why [`Connection::request`] got no reply.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The request was refused before it was sent (too large for the peer).
+    #[error("request not sent: {0}")]
+    NotSent(SendMessageError),
+    /// The connection ended before the reply arrived.
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
 }
 
 /// A connection's events, as a stream (`next().await`).

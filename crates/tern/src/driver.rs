@@ -51,12 +51,42 @@ pub(crate) struct ConnState {
     pub(crate) datagram_waiters: Vec<Waker>,
     /// Requests sent with `Connection::request` that await a reply.
     pub(crate) pending_requests: HashSet<MessageId>,
+    /// Requests whose caller gave up (deadline or cancellation), oldest first: a late reply
+    /// to one is dropped rather than left in the inbox. Bounded by [`ABANDONED_REMEMBERED`].
+    pub(crate) abandoned: VecDeque<MessageId>,
 }
+
+/// How many abandoned requests a connection remembers so as to drop their late replies.
+const ABANDONED_REMEMBERED: usize = 4096;
 
 impl ConnState {
     /// Whether a request with this ID is awaiting its reply.
     fn expects_reply(&self, id: MessageId) -> bool {
         self.pending_requests.contains(&id)
+    }
+
+    /// The caller of `request` stopped waiting for the reply to `id`.
+    pub(crate) fn abandon_request(&mut self, id: MessageId) {
+        if self.pending_requests.remove(&id) {
+            if self.abandoned.len() == ABANDONED_REMEMBERED {
+                self.abandoned.pop_front();
+            }
+            self.abandoned.push_back(id);
+        }
+        self.reply_waiters.remove(&id);
+        self.replies.remove(&id);
+    }
+
+    /// Whether `m` is a late reply to an abandoned request (forgetting the request if so).
+    fn is_abandoned_reply(&mut self, m: &Message) -> bool {
+        let Some(r) = m.reply_to else { return false };
+        match self.abandoned.iter().position(|a| *a == r) {
+            Some(i) => {
+                self.abandoned.remove(i);
+                true
+            }
+            None => false,
+        }
     }
 
     fn wake_all(&mut self) {
@@ -396,6 +426,9 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
                 // Sort messages into replies (for `request`) and the inbox.
                 if let Some(conn) = inner.proto.connection_mut(*handle) {
                     while let Some(m) = conn.recv_message() {
+                        if s.is_abandoned_reply(&m) {
+                            continue;
+                        }
                         match m.reply_to.filter(|r| s.expects_reply(*r)) {
                             Some(r) => {
                                 s.pending_requests.remove(&r);

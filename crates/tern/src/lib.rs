@@ -47,7 +47,7 @@ mod endpoint;
 pub mod keys;
 mod runtime;
 
-pub use connection::{Connection, EventStream, RecvFlow, SendFlow};
+pub use connection::{Connection, EventStream, RecvFlow, RequestError, SendFlow};
 pub use driver::{ConnectionId, Upcall};
 pub use endpoint::{entropy, ConnectError, Endpoint};
 pub use tern_proto::{

@@ -256,6 +256,86 @@ async fn requests_get_their_replies_over_one_connection() {
     }
 }
 
+/// A request's deadline travels with it: the server sees when the requester will give up
+/// and can answer in time or not at all; a reply after the deadline is dropped (never shows
+/// up in `recv_message`); a request larger than the peer accepts is refused at once.
+#[tokio::test]
+async fn request_deadlines_reach_the_server_and_late_replies_are_dropped() {
+    use bytes::Bytes;
+    use tern::{MessageOptions, RequestError, SendMessageError};
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    let (left_tx, mut left_rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        while let Ok(m) = conn.recv_message().await {
+            let left = m
+                .deadline
+                .map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            left_tx.send(left).unwrap();
+            // "slow" requests are answered after their deadline, fully reliably.
+            if &m.data[..] == b"slow" {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            conn.reply(m.id, m.data.clone(), MessageOptions::default().unordered())
+                .unwrap();
+        }
+    });
+    let conn = client().connect(addr, Some(key)).await.unwrap();
+    let opts = MessageOptions::default()
+        .unordered()
+        .deadline(Duration::from_millis(200));
+
+    let fast = conn
+        .request(Bytes::from_static(b"fast"), opts)
+        .await
+        .unwrap();
+    assert_eq!(&fast.expect("answered in time").data[..], b"fast");
+    let left = left_rx.recv().await.unwrap().expect("the deadline arrived");
+    // 200 ms less half a loopback RTT and the scheduling on the way.
+    assert!(
+        left > Duration::from_millis(100) && left <= Duration::from_millis(200),
+        "{left:?}"
+    );
+
+    let slow = conn
+        .request(Bytes::from_static(b"slow"), opts)
+        .await
+        .unwrap();
+    assert!(slow.is_none(), "the reply came after the deadline");
+    // The late reply arrives ~200 ms later and is dropped: the inbox stays empty.
+    let inbox = tokio::time::timeout(Duration::from_millis(600), conn.recv_message()).await;
+    assert!(inbox.is_err(), "a late reply reached the inbox");
+
+    // Without a deadline the server sees none.
+    let plain = conn
+        .request(Bytes::from_static(b"plain"), MessageOptions::default())
+        .await
+        .unwrap();
+    assert!(plain.is_some());
+    let mut last = None;
+    while let Ok(l) = left_rx.try_recv() {
+        last = Some(l);
+    }
+    assert_eq!(last, Some(None));
+
+    // Above the peer's limit (at most 16 MiB, and no more than its connection window).
+    let huge = Bytes::from(vec![0u8; (16 << 20) + 1]);
+    let err = conn
+        .request(huge, MessageOptions::default())
+        .await
+        .map(|m| m.map(|m| m.data.len()))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RequestError::NotSent(SendMessageError::TooLarge { .. })
+        ),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn datagrams_arrive_and_oversized_ones_are_refused() {
     use bytes::Bytes;

@@ -14,7 +14,7 @@ use crate::results::{FlowSample, RpcSample};
 use crate::spec::{payload, FlowPlan, RpcPlan};
 
 /// A multiplexing protocol's client side.
-pub trait Mux: Send + Sync + 'static {
+pub trait Mux: Send + Sync + Sized + 'static {
     /// A connection handle.
     type Conn: Clone + Send + Sync + 'static;
     /// Sending half of a stream.
@@ -25,6 +25,16 @@ pub trait Mux: Send + Sync + 'static {
     fn connect(&self) -> impl Future<Output = io::Result<Self::Conn>> + Send;
     /// Opens a bidirectional stream.
     fn open_bi(conn: &Self::Conn) -> impl Future<Output = io::Result<(Self::W, Self::R)>> + Send;
+    /// One request/response exchange: sends `msg` (kind `R`, reply size, payload) and reads
+    /// the reply of `reply` bytes. `Ok(false)`: the protocol gave the request up at its
+    /// deadline (no reply, by design). The default opens a stream per request.
+    fn request(
+        conn: &Self::Conn,
+        msg: Arc<[u8]>,
+        reply: u32,
+    ) -> impl Future<Output = io::Result<bool>> + Send {
+        async move { one_request::<Self>(conn, &msg, reply).await.map(|()| true) }
+    }
     /// Closes a connection (no waiting).
     fn close(conn: &Self::Conn);
     /// Statistics worth keeping.
@@ -80,7 +90,8 @@ async fn read_all<R: AsyncRead + Unpin>(r: &mut R) -> io::Result<u64> {
     }
 }
 
-async fn one_request<M: Mux>(conn: &M::Conn, msg: &[u8], reply: u32) -> io::Result<()> {
+/// A request on a new two-way stream: the request and FIN, then the whole reply.
+pub(crate) async fn one_request<M: Mux>(conn: &M::Conn, msg: &[u8], reply: u32) -> io::Result<()> {
     let (mut w, mut r) = M::open_bi(conn).await?;
     w.write_all(msg).await?;
     w.shutdown().await?;
@@ -142,10 +153,11 @@ pub async fn rpc_client<M: Mux>(
                     let (conn, msg, rtt, first_error) =
                         (conn.clone(), msg.clone(), rtt.clone(), first_error.clone());
                     tasks.spawn(async move {
-                        match one_request::<M>(&conn, &msg, reply).await {
-                            Ok(()) => {
+                        match M::request(&conn, msg, reply).await {
+                            Ok(true) => {
                                 rtt.lock().unwrap()[i] = Some(ms_since(at, Instant::now()));
                             }
+                            Ok(false) => {}
                             Err(e) => {
                                 first_error.lock().unwrap().get_or_insert(e.to_string());
                             }
@@ -167,8 +179,9 @@ pub async fn rpc_client<M: Mux>(
                     let t0 = Instant::now();
                     sched.push(t0);
                     let i = sched.len() - 1;
-                    match one_request::<M>(&conn, &msg, reply).await {
-                        Ok(()) => rtt.lock().unwrap()[i] = Some(ms_since(t0, Instant::now())),
+                    match M::request(&conn, msg.clone(), reply).await {
+                        Ok(true) => rtt.lock().unwrap()[i] = Some(ms_since(t0, Instant::now())),
+                        Ok(false) => {}
                         Err(e) => {
                             first_error.lock().unwrap().get_or_insert(e.to_string());
                             break;

@@ -1,14 +1,67 @@
 //! tern through its public API (`tern::Endpoint`). The server prints its public key in its
-//! ready line; clients connect with Noise IK. `--tern-mode flows` (the only mode for now)
-//! uses one two-way flow per request: request bytes + FIN, then the reply + FIN. A
-//! message-based mode will slot in here as another [`Mux`] implementation.
+//! ready line; clients connect with Noise IK. Two ways to carry a request ([`TernMode`]):
+//! - `flows`: one two-way flow per request (request bytes + FIN, then the reply + FIN), the
+//!   same exchange quinn makes with a stream;
+//! - `messages[:MS]`: one unordered message per request and one reply message matched to it
+//!   (`Connection::request` / `reply`, F5), optionally with a deadline of MS milliseconds after
+//!   which both ends give the exchange up. The server answers with the time its request has
+//!   left, so a reply never travels after the requester stopped waiting.
+//!
+//! The server serves both on every connection; the client picks.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use serde_json::{json, Value};
+use tern::MessageOptions;
 
 use super::mux::{serve_stream, Mux};
+use crate::spec::payload;
+
+/// How the client carries requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TernMode {
+    /// One two-way flow per request.
+    Flows,
+    /// One message per request, one reply message; both given up after `deadline`.
+    Messages {
+        /// Per-request deadline (`None`: fully reliable).
+        deadline: Option<Duration>,
+    },
+}
+
+impl TernMode {
+    /// Parses `flows`, `messages` or `messages:MS`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "flows" => Ok(Self::Flows),
+            None if s == "messages" => Ok(Self::Messages { deadline: None }),
+            Some(("messages", ms)) => match ms.parse::<u64>() {
+                Ok(ms) if ms > 0 => Ok(Self::Messages {
+                    deadline: Some(Duration::from_millis(ms)),
+                }),
+                _ => Err(format!(
+                    "bad deadline {ms:?} in --tern-mode (milliseconds > 0)"
+                )),
+            },
+            _ => Err(format!(
+                "unknown --tern-mode {s:?} (flows, messages or messages:MS)"
+            )),
+        }
+    }
+
+    /// The name results carry: `tern` (flows), `tern-msg`, `tern-msg-150ms`.
+    pub fn label(self) -> String {
+        match self {
+            Self::Flows => "tern".into(),
+            Self::Messages { deadline: None } => "tern-msg".into(),
+            Self::Messages { deadline: Some(d) } => format!("tern-msg-{}ms", d.as_millis()),
+        }
+    }
+}
 
 fn config(server: bool) -> tern::EndpointConfig {
     let mut cfg = tern::EndpointConfig::new(
@@ -31,16 +84,51 @@ pub fn server(addr: SocketAddr) -> io::Result<(tern::Endpoint, String)> {
     Ok((ep, key))
 }
 
-/// Serves until the process is killed.
+/// Serves until the process is killed: flows and messages on every connection.
 pub async fn serve(ep: tern::Endpoint) {
     while let Some(conn) = ep.accept().await {
+        let c = conn.clone();
         tokio::spawn(async move {
-            while let Ok((w, r)) = conn.accept_bi().await {
+            while let Ok((w, r)) = c.accept_bi().await {
                 tokio::spawn(async move {
                     let _ = serve_stream(w, r).await;
                 });
             }
         });
+        tokio::spawn(serve_messages(conn));
+    }
+}
+
+/// Answers each request message (`R`, u32 reply size, payload) with a reply of that size.
+async fn serve_messages(conn: tern::Connection) {
+    let chunk = Bytes::from(payload(64 << 10));
+    while let Ok(m) = conn.recv_message().await {
+        let Some(reply) = m
+            .data
+            .get(1..5)
+            .filter(|_| m.data[0] == b'R')
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_be_bytes)
+        else {
+            continue;
+        };
+        let data = if reply as usize <= chunk.len() {
+            chunk.slice(..reply as usize)
+        } else {
+            Bytes::from(payload(reply as usize))
+        };
+        let mut opts = MessageOptions::default().unordered();
+        if let Some(d) = m.deadline {
+            // Answer with the time the requester still waits; nothing if it has given up.
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                continue;
+            }
+            opts = opts.deadline(left);
+        }
+        if conn.reply(m.id, data, opts).is_err() {
+            return;
+        }
     }
 }
 
@@ -49,47 +137,101 @@ pub struct TernClient {
     ep: tern::Endpoint,
     addr: SocketAddr,
     key: tern::PublicKey,
+    mode: TernMode,
 }
 
 impl TernClient {
     /// A client endpoint that expects the server key `key` (as printed by the server).
     pub fn new(addr: SocketAddr, bind: Option<IpAddr>, key: &str, mode: &str) -> io::Result<Self> {
-        if mode != "flows" {
-            return Err(io::Error::other(format!(
-                "--tern-mode {mode:?} is not implemented yet (only `flows`)"
-            )));
-        }
+        let mode = TernMode::parse(mode).map_err(io::Error::other)?;
         let key =
             tern::PublicKey::parse(key.trim()).map_err(|e| io::Error::other(format!("{e:?}")))?;
         let local = SocketAddr::new(bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), 0);
         let ep = tern::Endpoint::bind(local, config(false))?;
-        Ok(Self { ep, addr, key })
+        Ok(Self {
+            ep,
+            addr,
+            key,
+            mode,
+        })
     }
 }
 
+/// A connection and the way it carries requests.
+#[derive(Clone)]
+pub struct TernConn {
+    conn: tern::Connection,
+    mode: TernMode,
+}
+
 impl Mux for TernClient {
-    type Conn = tern::Connection;
+    type Conn = TernConn;
     type W = tern::SendFlow;
     type R = tern::RecvFlow;
 
-    async fn connect(&self) -> io::Result<tern::Connection> {
-        self.ep
+    async fn connect(&self) -> io::Result<TernConn> {
+        let conn = self
+            .ep
             .connect(self.addr, Some(self.key))
             .await
-            .map_err(|e| io::Error::other(e.to_string()))
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(TernConn {
+            conn,
+            mode: self.mode,
+        })
     }
 
-    async fn open_bi(conn: &tern::Connection) -> io::Result<(Self::W, Self::R)> {
-        conn.open_bi()
+    async fn open_bi(c: &TernConn) -> io::Result<(Self::W, Self::R)> {
+        c.conn
+            .open_bi()
             .await
             .map_err(|e| io::Error::other(e.to_string()))
     }
 
-    fn close(conn: &tern::Connection) {
-        conn.close(0, b"done");
+    async fn request(c: &TernConn, msg: Arc<[u8]>, reply: u32) -> io::Result<bool> {
+        let TernMode::Messages { deadline } = c.mode else {
+            return super::mux::one_request::<Self>(c, &msg, reply)
+                .await
+                .map(|()| true);
+        };
+        let mut opts = MessageOptions::default().unordered();
+        if let Some(d) = deadline {
+            opts = opts.deadline(d);
+        }
+        match c.conn.request(Bytes::copy_from_slice(&msg), opts).await {
+            Ok(Some(m)) if m.data.len() == reply as usize => Ok(true),
+            Ok(Some(m)) => Err(io::Error::other(format!(
+                "reply of {} bytes, expected {reply}",
+                m.data.len()
+            ))),
+            Ok(None) => Ok(false),
+            Err(e) => Err(io::Error::other(e.to_string())),
+        }
     }
 
-    fn stats(conn: &tern::Connection) -> Value {
-        json!({ "stats": format!("{:?}", conn.stats()) })
+    fn close(c: &TernConn) {
+        c.conn.close(0, b"done");
+    }
+
+    fn stats(c: &TernConn) -> Value {
+        json!({ "stats": format!("{:?}", c.conn.stats()) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_label() {
+        assert_eq!(TernMode::parse("flows"), Ok(TernMode::Flows));
+        assert_eq!(TernMode::parse("messages").unwrap().label(), "tern-msg");
+        assert_eq!(
+            TernMode::parse("messages:150").unwrap().label(),
+            "tern-msg-150ms"
+        );
+        assert!(TernMode::parse("messages:0").is_err());
+        assert!(TernMode::parse("messages:x").is_err());
+        assert!(TernMode::parse("datagrams").is_err());
     }
 }

@@ -822,6 +822,7 @@ impl Connection {
 
     /// Gives up messages whose deadline passed, on both sides.
     pub(crate) fn expire_messages(&mut self, now: Instant) {
+        self.report_hopeless_messages();
         for (id, late_by) in self.messages_out.expire(now) {
             self.stats.messages_expired_sent += 1;
             self.events.push_back(Event::MessageExpired {
@@ -835,6 +836,19 @@ impl Connection {
         }
         if !self.messages_in.ready.is_empty() {
             self.events.push_back(Event::MessageReceived);
+        }
+    }
+
+    /// Reports messages the sender gave up before starting them (they could not arrive by
+    /// their deadline).
+    pub(crate) fn report_hopeless_messages(&mut self) {
+        for id in std::mem::take(&mut self.messages_out.hopeless) {
+            self.stats.messages_expired_sent += 1;
+            self.events.push_back(Event::MessageExpired {
+                id,
+                by_sender: true,
+                late_by: Duration::ZERO,
+            });
         }
     }
 

@@ -338,7 +338,8 @@ impl Connection {
         while limit.saturating_sub(buf.len()) > OVERHEAD {
             let max = (limit - buf.len() - OVERHEAD) as u64;
             let credit = self.flows.conn_credit();
-            let Some(f) = self.messages_out.next_fragment(now, max, credit) else {
+            let path = self.paths[0].message_estimate();
+            let Some(f) = self.messages_out.next_fragment(now, max, credit, &path) else {
                 break;
             };
             crate::wire::MessageFrame {
@@ -356,12 +357,16 @@ impl Connection {
             if f.resend {
                 self.stats.bytes_retransmitted += f.data.len() as u64;
             }
+            if f.copy {
+                self.stats.bytes_redundant += f.data.len() as u64;
+            }
             frames.push(SentFrame::Message {
                 id: f.id,
                 offset: f.offset,
                 len: f.data.len() as u32,
             });
         }
+        self.report_hopeless_messages();
     }
 
     /// Flow frames (resets, stop requests, data) round-robin over ready flows, so that one

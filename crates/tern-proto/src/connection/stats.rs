@@ -16,8 +16,10 @@ pub struct ConnectionStats {
     pub bytes_received: u64,
     /// Packets declared lost.
     pub packets_lost: u64,
-    /// Flow bytes resent.
+    /// Flow and message bytes resent.
     pub bytes_retransmitted: u64,
+    /// Message bytes sent a second time on purpose (redundant messages).
+    pub bytes_redundant: u64,
     /// Packets that failed authentication (dropped).
     pub auth_failures: u64,
     /// Replayed packets (dropped).

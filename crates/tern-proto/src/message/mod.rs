@@ -9,9 +9,9 @@
 //! and know what it is waiting for.
 
 pub(crate) mod recv;
-mod send;
+pub(crate) mod send;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -54,6 +54,10 @@ pub struct MessageOptions {
     pub priority: u8,
     /// This message answers the peer's message with this ID (request/response).
     pub reply_to: Option<MessageId>,
+    /// Send every fragment twice on its first transmission (the copies right after the
+    /// message's last fragment): a single loss then costs nothing instead of a round trip
+    /// or a probe timeout. For small urgent messages on lossy paths; it doubles their bytes.
+    pub redundant: bool,
 }
 
 impl Default for MessageOptions {
@@ -63,6 +67,7 @@ impl Default for MessageOptions {
             deadline: None,
             priority: 3,
             reply_to: None,
+            redundant: false,
         }
     }
 }
@@ -81,6 +86,11 @@ impl MessageOptions {
     /// A priority (clamped to 0..=7).
     pub fn priority(mut self, p: u8) -> Self {
         self.priority = p.min(PRIORITIES as u8 - 1);
+        self
+    }
+    /// Sends each fragment twice (see [`MessageOptions::redundant`]).
+    pub fn redundant(mut self) -> Self {
+        self.redundant = true;
         self
     }
     /// Marks the message as the answer to `request`.
@@ -102,6 +112,10 @@ pub struct Message {
     pub reply_to: Option<MessageId>,
     /// The sender's priority.
     pub priority: u8,
+    /// When the sender's deadline passes, as estimated on arrival (time left when sent,
+    /// less half an RTT), if it set one: a reply sent with the time left until then reaches
+    /// the requester before it gives up.
+    pub deadline: Option<Instant>,
 }
 
 /// Why a message could not be sent.

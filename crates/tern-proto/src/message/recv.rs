@@ -43,9 +43,8 @@ pub(crate) struct MessageReceiver {
     partial: HashMap<MessageId, InMessage>,
     /// Messages finished (delivered or skipped), to drop late duplicates.
     finished: [RangeSet; 2],
-    /// Ordered messages complete (Some, with their deadline) or skipped (None), waiting for
-    /// earlier ones.
-    ordered_done: BTreeMap<u64, Option<(Message, Option<Instant>)>>,
+    /// Ordered messages complete (Some) or skipped (None), waiting for earlier ones.
+    ordered_done: BTreeMap<u64, Option<Message>>,
     next_ordered: u64,
     /// Ready for the application.
     pub(crate) ready: VecDeque<Message>,
@@ -132,10 +131,11 @@ impl MessageReceiver {
                     data: data.freeze(),
                     reply_to: m.reply_to,
                     priority: m.priority,
+                    deadline: m.deadline,
                 };
                 self.mark_finished(id);
                 if id.is_ordered() {
-                    self.ordered_done.insert(id.seq(), Some((msg, m.deadline)));
+                    self.ordered_done.insert(id.seq(), Some(msg));
                     self.release_ordered();
                 } else {
                     self.held -= m.total;
@@ -153,7 +153,7 @@ impl MessageReceiver {
             }
             let done = entry.remove();
             self.next_ordered += 1;
-            if let Some((msg, _)) = done {
+            if let Some(msg) = done {
                 self.held -= msg.data.len() as u64;
                 self.ready.push_back(msg);
             }
@@ -187,7 +187,7 @@ impl MessageReceiver {
         let (bytes, total) = match self.partial.remove(&id) {
             Some(m) => (m.received.total(), m.total),
             None => match self.ordered_done.get(&id.seq()) {
-                Some(Some((msg, _))) => (msg.data.len() as u64, msg.data.len() as u64),
+                Some(Some(msg)) => (msg.data.len() as u64, msg.data.len() as u64),
                 _ => (0, 0),
             },
         };
@@ -224,7 +224,7 @@ impl MessageReceiver {
             .ordered_done
             .iter()
             .filter_map(|(seq, m)| {
-                let d = m.as_ref()?.1?;
+                let d = m.as_ref()?.deadline?;
                 (d <= now).then_some((*seq, d))
             })
             .collect();
@@ -240,7 +240,7 @@ impl MessageReceiver {
         let waiting = self
             .ordered_done
             .values()
-            .filter_map(|m| m.as_ref().and_then(|(_, d)| *d));
+            .filter_map(|m| m.as_ref().and_then(|m| m.deadline));
         self.partial
             .values()
             .filter_map(|m| m.deadline)

@@ -18,6 +18,9 @@ struct OutMessage {
     unsent: u64,
     retransmit: RangeSet,
     acked: RangeSet,
+    /// Redundant messages: ranges sent once whose copy is still to go.
+    copies: RangeSet,
+    redundant: bool,
     /// Connection credit for the whole message was taken when its first fragment left, so
     /// that every started message can finish: interleaved messages can never exhaust the
     /// receiver's credit with halves that wait for each other.
@@ -29,7 +32,8 @@ impl OutMessage {
         self.data.len() as u64
     }
 
-    fn has_pending(&self) -> bool {
+    /// Data not yet sent, or lost and to be sent again (redundant copies aside).
+    fn has_data_to_send(&self) -> bool {
         !self.retransmit.is_empty()
             || self.unsent < self.total()
             || self.total() == 0 && self.unsent == 0
@@ -50,27 +54,61 @@ pub(crate) struct Fragment {
     pub(crate) new_bytes: u64,
     /// The fragment is a resend.
     pub(crate) resend: bool,
+    /// The fragment is the planned copy of a redundant message.
+    pub(crate) copy: bool,
 }
 
-/// Messages of one priority that may be in progress at once. Equal priorities share the
-/// link among these; the rest wait their turn, which bounds both the credit reserved by
-/// started messages and the latency of each.
+/// What the sender knows of its path, to tell whether a message can still arrive in time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PathEstimate {
+    /// Smoothed round trip (its half stands for the one-way trip, queue included).
+    pub(crate) rtt: Duration,
+    /// Congestion window in bytes.
+    pub(crate) window: u64,
+    /// The window still doubles every round trip.
+    pub(crate) slow_start: bool,
+}
+
+impl PathEstimate {
+    /// When `bytes` sent from now would have arrived: half a round trip plus the time the
+    /// window needs to carry them (doubling each round trip in slow start).
+    pub(crate) fn delivery_time(&self, bytes: u64) -> Duration {
+        let w = self.window.max(1);
+        let transmit = if bytes <= w || !self.slow_start {
+            self.rtt.mul_f64(bytes as f64 / w as f64)
+        } else {
+            // Rounds n with w·(2^n − 1) ≥ bytes.
+            let rounds = ((bytes as f64 / w as f64) + 1.0).log2().ceil();
+            self.rtt.mul_f64(rounds)
+        };
+        self.rtt / 2 + transmit
+    }
+}
+
+/// Messages of one priority that may be sending at once (a message stops counting when its
+/// last byte has left, not when it is acknowledged, so this never limits the messages per
+/// round trip). Equal priorities share the link among these; the rest wait their turn,
+/// which bounds both the credit reserved by started messages and the latency of each.
 pub(crate) const ACTIVE_PER_PRIORITY: usize = 4;
 
 /// All messages being sent on a connection.
 #[derive(Debug, Default)]
 pub(crate) struct MessageSender {
     msgs: BTreeMap<MessageId, OutMessage>,
-    /// Started messages with something to send, round-robin within each priority.
+    /// Started messages with something to send, per priority: those with a deadline go
+    /// earliest deadline first, the others round-robin.
     ready: [VecDeque<MessageId>; PRIORITIES],
+    /// Redundant messages with copies still to send (sent only when nothing else waits).
+    copy_ready: [VecDeque<MessageId>; PRIORITIES],
     /// Messages not started yet, in order, per priority.
     queued: [VecDeque<MessageId>; PRIORITIES],
-    /// Started messages not yet acknowledged or given up, per priority.
-    active: [usize; PRIORITIES],
     next_seq: [u64; 2],
     /// Abandoned messages whose MessageSkip must be (re)sent, with the credit counted for
     /// each (its size if it was started, else 0).
     pub(crate) skips: VecDeque<(MessageId, u64)>,
+    /// Messages given up before they started because they could no longer arrive by their
+    /// deadline, for the connection to report.
+    pub(crate) hopeless: Vec<MessageId>,
 }
 
 impl MessageSender {
@@ -90,6 +128,8 @@ impl MessageSender {
                 unsent: 0,
                 retransmit: RangeSet::new(),
                 acked: RangeSet::new(),
+                copies: RangeSet::new(),
+                redundant: opts.redundant,
                 reserved: false,
             },
         );
@@ -101,74 +141,140 @@ impl MessageSender {
     pub(crate) fn has_pending(&self) -> bool {
         !self.skips.is_empty()
             || self.ready.iter().any(|q| !q.is_empty())
+            || self.copy_ready.iter().any(|q| !q.is_empty())
             || self.queued.iter().any(|q| !q.is_empty())
     }
 
     /// The next fragment, highest priority first, at most `max` data bytes. A message starts
     /// only when `credit` covers all of it (its credit is then reserved and reported in
-    /// `new_bytes` of that first fragment). Equal priorities take turns.
+    /// `new_bytes` of that first fragment). Within a priority, the message with the earliest
+    /// deadline goes first (a late message is worthless, and sharing the link among several
+    /// would make them all late); messages without a deadline take turns.
+    ///
+    /// A message with a deadline that could not arrive in time even if it left now (by
+    /// `path`) is given up instead of started: sending it would only make the messages
+    /// behind it late too. It is listed in `hopeless` and skipped like an expired one.
     pub(crate) fn next_fragment(
         &mut self,
         now: Instant,
         max: u64,
         credit: u64,
+        path: &PathEstimate,
     ) -> Option<Fragment> {
         for p in (0..PRIORITIES).rev() {
-            // Start waiting messages while fewer than the limit are in progress.
-            while self.active[p] < ACTIVE_PER_PRIORITY {
-                let Some(id) = self.queued[p].pop_front() else {
-                    break;
-                };
-                self.active[p] += 1;
-                self.ready[p].push_back(id);
+            self.admit(p, now, path);
+            if let Some(f) = self.fragment_from(p, false, now, max, credit) {
+                return Some(f);
             }
-            let mut tries = self.ready[p].len();
-            while tries > 0 {
-                tries -= 1;
-                let id = self.ready[p].pop_front()?;
-                let Some(m) = self.msgs.get_mut(&id) else {
-                    continue;
-                };
-                let mut new_bytes = 0;
-                if !m.reserved {
-                    if m.total() > credit {
-                        // Not enough credit to finish it: let others go, try again later.
-                        self.ready[p].push_back(id);
-                        continue;
-                    }
-                    m.reserved = true;
-                    new_bytes = m.total();
-                }
-                let (offset, len, resend) = if let Some(r) = m.retransmit.pop_front(max) {
-                    (r.start, r.end - r.start, true)
-                } else {
-                    let len = (m.total() - m.unsent).min(max);
-                    let off = m.unsent;
-                    m.unsent += len;
-                    (off, len, false)
-                };
-                // An empty message is one empty fragment.
-                if m.total() == 0 {
-                    m.unsent = 1;
-                }
-                let frag = Fragment {
-                    id,
-                    priority: m.priority,
-                    total: m.total(),
-                    offset,
-                    data: m.data.slice(offset as usize..(offset + len) as usize),
-                    deadline_left: m.deadline.map(|d| d.saturating_duration_since(now)),
-                    reply_to: m.reply_to,
-                    new_bytes,
-                    resend,
-                };
-                if m.has_pending() {
-                    self.ready[p].push_back(id);
-                }
-                return Some(frag);
+        }
+        // Room to spare: the copies of redundant messages, by priority and deadline.
+        for p in (0..PRIORITIES).rev() {
+            if let Some(f) = self.fragment_from(p, true, now, max, credit) {
+                return Some(f);
             }
         }
         None
+    }
+
+    /// Starts waiting messages of priority `p` while fewer than the limit are sending;
+    /// gives up those that could not arrive in time.
+    fn admit(&mut self, p: usize, now: Instant, path: &PathEstimate) {
+        while self.ready[p].len() < ACTIVE_PER_PRIORITY {
+            let Some(id) = self.queued[p].pop_front() else {
+                break;
+            };
+            let hopeless = self.msgs.get(&id).is_some_and(|m| {
+                m.deadline
+                    .is_some_and(|d| now + path.delivery_time(m.total()) > d)
+            });
+            if hopeless {
+                self.msgs.remove(&id);
+                self.skips.push_back((id, 0));
+                self.hopeless.push(id);
+                continue;
+            }
+            self.ready[p].push_back(id);
+        }
+    }
+
+    /// The next fragment of priority `p`: from messages with data to send, or (`copies`)
+    /// from redundant messages with copies to send. Earliest deadline first, then turns.
+    fn fragment_from(
+        &mut self,
+        p: usize,
+        copies: bool,
+        now: Instant,
+        max: u64,
+        credit: u64,
+    ) -> Option<Fragment> {
+        let list = if copies {
+            &self.copy_ready[p]
+        } else {
+            &self.ready[p]
+        };
+        let can_go = |m: &OutMessage| m.reserved || m.total() <= credit;
+        let earliest = list
+            .iter()
+            .enumerate()
+            .filter_map(|(i, id)| {
+                let m = self.msgs.get(id)?;
+                Some((m.deadline?, i)).filter(|_| can_go(m))
+            })
+            .min();
+        let i = match earliest {
+            Some((_, i)) => i,
+            None => list
+                .iter()
+                .position(|id| self.msgs.get(id).is_some_and(can_go))?,
+        };
+        let id = if copies {
+            self.copy_ready[p].remove(i)?
+        } else {
+            self.ready[p].remove(i)?
+        };
+        let m = self.msgs.get_mut(&id)?;
+        let mut new_bytes = 0;
+        if !m.reserved {
+            m.reserved = true;
+            new_bytes = m.total();
+        }
+        let (offset, len, resend, copy) = if copies {
+            let r = m.copies.pop_front(max)?;
+            (r.start, r.end - r.start, false, true)
+        } else if let Some(r) = m.retransmit.pop_front(max) {
+            (r.start, r.end - r.start, true, false)
+        } else {
+            let len = (m.total() - m.unsent).min(max);
+            let off = m.unsent;
+            m.unsent += len;
+            if m.redundant && len > 0 {
+                m.copies.insert(off..off + len);
+            }
+            (off, len, false, false)
+        };
+        // An empty message is one empty fragment.
+        if m.total() == 0 {
+            m.unsent = 1;
+        }
+        let frag = Fragment {
+            id,
+            priority: m.priority,
+            total: m.total(),
+            offset,
+            data: m.data.slice(offset as usize..(offset + len) as usize),
+            deadline_left: m.deadline.map(|d| d.saturating_duration_since(now)),
+            reply_to: m.reply_to,
+            new_bytes,
+            resend,
+            copy,
+        };
+        if !copies && m.has_data_to_send() {
+            self.ready[p].push_back(id);
+        }
+        if !m.copies.is_empty() && !self.copy_ready[p].contains(&id) {
+            self.copy_ready[p].push_back(id);
+        }
+        Some(frag)
     }
 
     /// A fragment was acknowledged; returns true when the whole message is.
@@ -178,12 +284,13 @@ impl MessageSender {
         };
         m.acked.insert(offset..offset + len.max(1));
         m.retransmit.remove(offset..offset + len);
+        m.copies.remove(offset..offset + len);
         let done = m.acked.contains_range(0..m.total().max(1));
         if done {
             let p = usize::from(m.priority);
             self.msgs.remove(&id);
             self.ready[p].retain(|x| *x != id);
-            self.active[p] = self.active[p].saturating_sub(1);
+            self.copy_ready[p].retain(|x| *x != id);
         }
         done
     }
@@ -193,7 +300,7 @@ impl MessageSender {
         let Some(m) = self.msgs.get_mut(&id) else {
             return;
         };
-        let was_pending = m.has_pending();
+        let was_pending = m.has_data_to_send();
         if m.total() == 0 {
             m.unsent = 0;
         } else {
@@ -202,7 +309,7 @@ impl MessageSender {
                 m.retransmit.remove(a);
             }
         }
-        if !was_pending && m.has_pending() {
+        if !was_pending && m.has_data_to_send() {
             self.ready[usize::from(m.priority)].push_back(id);
         }
     }
@@ -222,12 +329,9 @@ impl MessageSender {
                 continue;
             };
             let p = usize::from(m.priority);
-            let started = !self.queued[p].contains(id);
             self.ready[p].retain(|x| x != id);
+            self.copy_ready[p].retain(|x| x != id);
             self.queued[p].retain(|x| x != id);
-            if started {
-                self.active[p] = self.active[p].saturating_sub(1);
-            }
             // Even a message never sent needs a skip: the receiver expects its number (ordered).
             let credit = if m.reserved { m.total() } else { 0 };
             self.skips.push_back((*id, credit));
@@ -254,6 +358,49 @@ mod tests {
         crate::cc::testing::epoch()
     }
 
+    /// A path on which everything arrives at once.
+    fn fast() -> PathEstimate {
+        PathEstimate {
+            rtt: Duration::ZERO,
+            window: u64::MAX,
+            slow_start: false,
+        }
+    }
+
+    #[test]
+    fn a_message_that_cannot_arrive_in_time_is_not_started() {
+        let t = now();
+        let ms = Duration::from_millis;
+        // 40 ms round trip, 100 kB window: 1 MB takes 20 ms + 400 ms.
+        let path = PathEstimate {
+            rtt: ms(40),
+            window: 100_000,
+            slow_start: false,
+        };
+        assert_eq!(path.delivery_time(1_000_000), ms(420));
+        // In slow start it doubles: 100 + 200 + 400 + 800 kB ≥ 1 MB in 4 rounds.
+        let ss = PathEstimate {
+            slow_start: true,
+            ..path
+        };
+        assert_eq!(ss.delivery_time(1_000_000), ms(180));
+        let mut s = MessageSender::default();
+        let doomed = s.push(
+            t,
+            Bytes::from(vec![0; 1_000_000]),
+            MessageOptions::default().deadline(ms(300)),
+        );
+        let fine = s.push(
+            t,
+            Bytes::from(vec![0; 1000]),
+            MessageOptions::default().deadline(ms(300)),
+        );
+        let f = s.next_fragment(t, 1200, u64::MAX, &path).unwrap();
+        assert_eq!(f.id, fine);
+        assert_eq!(s.hopeless, [doomed]);
+        assert_eq!(s.skips.front(), Some(&(doomed, 0)));
+    }
+
     #[test]
     fn higher_priority_leaves_first_and_equal_ones_share() {
         let t = now();
@@ -273,9 +420,10 @@ mod tests {
             Bytes::from(vec![2; 3000]),
             MessageOptions::default().priority(5),
         );
-        let order: Vec<MessageId> = std::iter::from_fn(|| s.next_fragment(t, 1000, u64::MAX))
-            .map(|f| f.id)
-            .collect();
+        let order: Vec<MessageId> =
+            std::iter::from_fn(|| s.next_fragment(t, 1000, u64::MAX, &fast()))
+                .map(|f| f.id)
+                .collect();
         assert_eq!(&order[..6], &[a, b, a, b, a, b]);
         assert!(order[6..].iter().all(|id| *id == low));
         // A lost high-priority fragment is resent before low-priority data.
@@ -290,12 +438,91 @@ mod tests {
             Bytes::from(vec![1; 500]),
             MessageOptions::default().priority(7),
         );
-        let f = s.next_fragment(t, 1000, u64::MAX).unwrap();
+        let f = s.next_fragment(t, 1000, u64::MAX, &fast()).unwrap();
         assert_eq!(f.id, hi);
-        let _ = s.next_fragment(t, 1000, u64::MAX).unwrap();
+        let _ = s.next_fragment(t, 1000, u64::MAX, &fast()).unwrap();
         s.on_lost(hi, 0, 500);
-        assert_eq!(s.next_fragment(t, 1000, u64::MAX).unwrap().id, hi);
-        assert_eq!(s.next_fragment(t, 1000, u64::MAX).unwrap().id, low);
+        assert_eq!(s.next_fragment(t, 1000, u64::MAX, &fast()).unwrap().id, hi);
+        assert_eq!(s.next_fragment(t, 1000, u64::MAX, &fast()).unwrap().id, low);
+    }
+
+    #[test]
+    fn earliest_deadline_first_within_a_priority() {
+        let t = now();
+        let mut s = MessageSender::default();
+        let ms = Duration::from_millis;
+        let undated = s.push(t, Bytes::from(vec![0; 2000]), MessageOptions::default());
+        let late = s.push(
+            t,
+            Bytes::from(vec![1; 2000]),
+            MessageOptions::default().deadline(ms(100)),
+        );
+        let soon = s.push(
+            t,
+            Bytes::from(vec![2; 2000]),
+            MessageOptions::default().deadline(ms(50)),
+        );
+        let order: Vec<MessageId> =
+            std::iter::from_fn(|| s.next_fragment(t, 1000, u64::MAX, &fast()))
+                .map(|f| f.id)
+                .collect();
+        assert_eq!(order, [soon, soon, late, late, undated, undated]);
+    }
+
+    #[test]
+    fn a_redundant_message_sends_each_fragment_twice() {
+        let t = now();
+        let mut s = MessageSender::default();
+        s.push(
+            t,
+            Bytes::from(vec![7; 2500]),
+            MessageOptions::default().redundant(),
+        );
+        let frags: Vec<(u64, usize, bool)> =
+            std::iter::from_fn(|| s.next_fragment(t, 1000, u64::MAX, &fast()))
+                .map(|f| (f.offset, f.data.len(), f.copy))
+                .collect();
+        assert_eq!(
+            frags,
+            [
+                (0, 1000, false),
+                (1000, 1000, false),
+                (2000, 500, false),
+                (0, 1000, true),
+                (1000, 1000, true),
+                (2000, 500, true)
+            ]
+        );
+        // An original acknowledged before its copy left needs no copy.
+        let mut s = MessageSender::default();
+        let id2 = s.push(
+            t,
+            Bytes::from(vec![7; 2000]),
+            MessageOptions::default().redundant(),
+        );
+        let _ = s.next_fragment(t, 1000, u64::MAX, &fast());
+        assert!(!s.on_acked(id2, 0, 1000));
+        let rest: Vec<(u64, bool)> =
+            std::iter::from_fn(|| s.next_fragment(t, 1000, u64::MAX, &fast()))
+                .map(|f| (f.offset, f.copy))
+                .collect();
+        assert_eq!(rest, [(1000, false), (1000, true)]);
+    }
+
+    #[test]
+    fn many_messages_leave_without_waiting_for_acks() {
+        // The sending limit counts messages with data left, not unacknowledged ones: ten
+        // small messages all leave in one go (one round trip, not three).
+        let t = now();
+        let mut s = MessageSender::default();
+        let ids: Vec<MessageId> = (0..10)
+            .map(|i| s.push(t, Bytes::from(vec![i; 100]), MessageOptions::default()))
+            .collect();
+        let sent: Vec<MessageId> =
+            std::iter::from_fn(|| s.next_fragment(t, 1000, u64::MAX, &fast()))
+                .map(|f| f.id)
+                .collect();
+        assert_eq!(sent, ids);
     }
 
     #[test]
@@ -316,7 +543,7 @@ mod tests {
             Some(&(id, 0)),
             "never started: no credit taken"
         );
-        assert!(s.next_fragment(t, 1000, u64::MAX).is_none());
+        assert!(s.next_fragment(t, 1000, u64::MAX, &fast()).is_none());
     }
 
     #[test]
@@ -329,7 +556,7 @@ mod tests {
         assert!(a.is_ordered() && !b.is_ordered() && c.is_ordered());
         assert_eq!((a.seq(), b.seq(), c.seq()), (0, 0, 1));
         // Empty messages still send one fragment and complete on its ACK.
-        let f = s.next_fragment(t, 1000, u64::MAX).unwrap();
+        let f = s.next_fragment(t, 1000, u64::MAX, &fast()).unwrap();
         assert_eq!(f.data.len(), 0);
         assert!(s.on_acked(f.id, 0, 0));
     }

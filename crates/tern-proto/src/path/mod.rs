@@ -30,6 +30,16 @@ pub(crate) struct Path {
 }
 
 impl Path {
+    /// What message scheduling needs to know of this path (see `PathEstimate`).
+    pub(crate) fn message_estimate(&self) -> crate::message::send::PathEstimate {
+        let m = self.cc.metrics();
+        crate::message::send::PathEstimate {
+            rtt: self.rtt.smoothed(),
+            window: m.window,
+            slow_start: m.in_slow_start,
+        }
+    }
+
     pub(crate) fn new(
         now: Instant,
         id: u32,
