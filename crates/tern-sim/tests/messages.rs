@@ -447,3 +447,27 @@ impl App for WindowReceiver {
 
 #[allow(dead_code)]
 fn unused(_: Dir) {}
+
+/// A request-sized message on a new connection leaves at once: no round trip of pacing
+/// delay from a small initial pacing bucket (10.8 kB = 9 packets within the initial window).
+#[test]
+fn first_messages_on_a_new_connection_leave_at_once() {
+    let one_way = Duration::from_millis(18);
+    let link = LinkConfig::new(30_000_000, one_way);
+    let plan: Vec<Planned> = (0..6)
+        .map(|i| Planned {
+            at: Duration::from_millis(5 + 33 * i),
+            size: 10_800,
+            opts: MessageOptions::default().unordered(),
+        })
+        .collect();
+    let (sim, c, s) = run(3, link, plan, 0);
+    let (sender, receiver) = apps(&sim, c, s);
+    assert_eq!(receiver.got.len(), 6);
+    // One-way delay plus 9 packets of ~1.25 kB on the wire at 30 Mbit/s, plus 1 ms.
+    let bound = one_way + Duration::from_micros(9 * 1250 * 8 / 30) + Duration::from_millis(1);
+    let (id, (at, _)) = receiver.got.iter().next().unwrap();
+    let latency = *at - sender.sent[id].0;
+    assert!(latency <= bound, "first message: {latency:?} > {bound:?}");
+    // (The next ones may wait a few ms for the initial window to be acknowledged.)
+}

@@ -2,10 +2,11 @@
 //! ready line; clients connect with Noise IK. Two ways to carry a request ([`TernMode`]):
 //! - `flows`: one two-way flow per request (request bytes + FIN, then the reply + FIN), the
 //!   same exchange quinn makes with a stream;
-//! - `messages[:MS]`: one unordered message per request and one reply message matched to it
-//!   (`Connection::request` / `reply`, F5), optionally with a deadline of MS milliseconds after
-//!   which both ends give the exchange up. The server answers with the time its request has
-//!   left, so a reply never travels after the requester stopped waiting.
+//! - `messages[:MS][:redundant]`: one unordered message per request and one reply message
+//!   matched to it (`Connection::request` / `reply`, F5), optionally with a deadline of MS
+//!   milliseconds after which both ends give the exchange up (the server answers with the time
+//!   its request has left, so a reply never travels after the requester stopped waiting), and
+//!   optionally redundant (every fragment of request and reply sent twice when there is room).
 //!
 //! The server serves both on every connection; the client picks.
 
@@ -26,41 +27,71 @@ use crate::spec::payload;
 pub enum TernMode {
     /// One two-way flow per request.
     Flows,
-    /// One message per request, one reply message; both given up after `deadline`.
+    /// One message per request, one reply message.
     Messages {
-        /// Per-request deadline (`None`: fully reliable).
+        /// Per-request deadline, after which both ends give the exchange up (`None`: fully
+        /// reliable).
         deadline: Option<Duration>,
+        /// Requests and replies are sent redundantly (`MessageOptions::redundant`).
+        redundant: bool,
     },
 }
 
 impl TernMode {
-    /// Parses `flows`, `messages` or `messages:MS`.
+    /// Parses `flows` or `messages[:MS][:redundant]`.
     pub fn parse(s: &str) -> Result<Self, String> {
-        match s.split_once(':') {
-            None if s == "flows" => Ok(Self::Flows),
-            None if s == "messages" => Ok(Self::Messages { deadline: None }),
-            Some(("messages", ms)) => match ms.parse::<u64>() {
-                Ok(ms) if ms > 0 => Ok(Self::Messages {
-                    deadline: Some(Duration::from_millis(ms)),
-                }),
-                _ => Err(format!(
-                    "bad deadline {ms:?} in --tern-mode (milliseconds > 0)"
-                )),
-            },
-            _ => Err(format!(
-                "unknown --tern-mode {s:?} (flows, messages or messages:MS)"
-            )),
+        let bad = || format!("unknown --tern-mode {s:?} (flows or messages[:MS][:redundant])");
+        let mut parts = s.split(':');
+        match parts.next() {
+            Some("flows") if parts.next().is_none() => return Ok(Self::Flows),
+            Some("messages") => {}
+            _ => return Err(bad()),
         }
+        let (mut deadline, mut redundant) = (None, false);
+        for p in parts {
+            match p {
+                "redundant" if !redundant => redundant = true,
+                ms if deadline.is_none() && !redundant => match ms.parse::<u64>() {
+                    Ok(ms) if ms > 0 => deadline = Some(Duration::from_millis(ms)),
+                    _ => return Err(bad()),
+                },
+                _ => return Err(bad()),
+            }
+        }
+        Ok(Self::Messages {
+            deadline,
+            redundant,
+        })
     }
 
-    /// The name results carry: `tern` (flows), `tern-msg`, `tern-msg-150ms`.
+    /// The name results carry: `tern` (flows), `tern-msg`, `tern-msg-150ms`,
+    /// `tern-msg-150ms-red`.
     pub fn label(self) -> String {
         match self {
             Self::Flows => "tern".into(),
-            Self::Messages { deadline: None } => "tern-msg".into(),
-            Self::Messages { deadline: Some(d) } => format!("tern-msg-{}ms", d.as_millis()),
+            Self::Messages {
+                deadline,
+                redundant,
+            } => {
+                let mut l = String::from("tern-msg");
+                if let Some(d) = deadline {
+                    l += &format!("-{}ms", d.as_millis());
+                }
+                if redundant {
+                    l += "-red";
+                }
+                l
+            }
         }
     }
+}
+
+/// Request bytes: `R`, reply size (u32), redundancy flag (u8), payload. The flag tells the
+/// server to send the reply redundantly too.
+fn reply_request(data: &[u8]) -> Option<(u32, bool)> {
+    let (&kind, rest) = data.split_first()?;
+    let reply = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    (kind == b'R').then_some((reply, rest.get(4) == Some(&1)))
 }
 
 fn config(server: bool) -> tern::EndpointConfig {
@@ -103,13 +134,7 @@ pub async fn serve(ep: tern::Endpoint) {
 async fn serve_messages(conn: tern::Connection) {
     let chunk = Bytes::from(payload(64 << 10));
     while let Ok(m) = conn.recv_message().await {
-        let Some(reply) = m
-            .data
-            .get(1..5)
-            .filter(|_| m.data[0] == b'R')
-            .and_then(|b| <[u8; 4]>::try_from(b).ok())
-            .map(u32::from_be_bytes)
-        else {
+        let Some((reply, redundant)) = reply_request(&m.data) else {
             continue;
         };
         let data = if reply as usize <= chunk.len() {
@@ -118,6 +143,9 @@ async fn serve_messages(conn: tern::Connection) {
             Bytes::from(payload(reply as usize))
         };
         let mut opts = MessageOptions::default().unordered();
+        if redundant {
+            opts = opts.redundant();
+        }
         if let Some(d) = m.deadline {
             // Answer with the time the requester still waits; nothing if it has given up.
             let left = d.saturating_duration_since(Instant::now());
@@ -189,7 +217,11 @@ impl Mux for TernClient {
     }
 
     async fn request(c: &TernConn, msg: Arc<[u8]>, reply: u32) -> io::Result<bool> {
-        let TernMode::Messages { deadline } = c.mode else {
+        let TernMode::Messages {
+            deadline,
+            redundant,
+        } = c.mode
+        else {
             return super::mux::one_request::<Self>(c, &msg, reply)
                 .await
                 .map(|()| true);
@@ -198,7 +230,15 @@ impl Mux for TernClient {
         if let Some(d) = deadline {
             opts = opts.deadline(d);
         }
-        match c.conn.request(Bytes::copy_from_slice(&msg), opts).await {
+        if redundant {
+            opts = opts.redundant();
+        }
+        // `msg` is `R`, reply size, payload: insert the redundancy flag after the size.
+        let mut data = Vec::with_capacity(msg.len() + 1);
+        data.extend_from_slice(&msg[..5]);
+        data.push(u8::from(redundant));
+        data.extend_from_slice(&msg[5..]);
+        match c.conn.request(Bytes::from(data), opts).await {
             Ok(Some(m)) if m.data.len() == reply as usize => Ok(true),
             Ok(Some(m)) => Err(io::Error::other(format!(
                 "reply of {} bytes, expected {reply}",
@@ -230,6 +270,17 @@ mod tests {
             TernMode::parse("messages:150").unwrap().label(),
             "tern-msg-150ms"
         );
+        assert_eq!(
+            TernMode::parse("messages:150:redundant").unwrap().label(),
+            "tern-msg-150ms-red"
+        );
+        assert_eq!(
+            TernMode::parse("messages:redundant").unwrap().label(),
+            "tern-msg-red"
+        );
+        assert!(TernMode::parse("messages:redundant:150").is_err());
+        assert!(TernMode::parse("messages:1:2").is_err());
+        assert!(TernMode::parse("flows:1").is_err());
         assert!(TernMode::parse("messages:0").is_err());
         assert!(TernMode::parse("messages:x").is_err());
         assert!(TernMode::parse("datagrams").is_err());

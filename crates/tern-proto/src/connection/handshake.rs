@@ -7,7 +7,7 @@
 //! exponential backoff; a duplicate of the peer's previous flight also triggers a resend.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Connection, State};
 use crate::crypto::{Handshake, HandshakePattern};
@@ -52,6 +52,10 @@ pub(crate) struct Flight {
     pub(crate) send_now: bool,
     pub(crate) retransmit_at: Option<Instant>,
     pub(crate) backoff: u32,
+    /// When it was first sent, and how often: the answer to a flight sent once is the
+    /// connection's first RTT sample (Karn: none from a resent one).
+    pub(crate) first_sent: Option<Instant>,
+    pub(crate) sends: u32,
 }
 
 impl Flight {
@@ -61,7 +65,15 @@ impl Flight {
             send_now: true,
             retransmit_at: None,
             backoff: 0,
+            first_sent: None,
+            sends: 0,
         }
+    }
+
+    /// The round trip its answer, arriving `now`, measures, if it was sent only once.
+    fn rtt_sample(&self, now: Instant) -> Option<Duration> {
+        let sent = self.first_sent.filter(|_| self.sends == 1)?;
+        Some(now.saturating_duration_since(sent))
     }
 }
 
@@ -230,6 +242,8 @@ impl Connection {
         }
         flight.send_now = false;
         flight.retransmit_at = Some(now + (pto * (1 << flight.backoff)).min(cap));
+        flight.first_sent.get_or_insert(now);
+        flight.sends += 1;
         buf.extend_from_slice(&flight.datagram);
         Some(flight.datagram.len())
     }
@@ -327,6 +341,11 @@ impl Connection {
         }
         self.peer_key = noise.remote_static();
         let pattern = noise.pattern();
+        // The response answers our first flight: a first RTT sample, so that pacing,
+        // probe timers and message deadlines start from the path rather than a guess.
+        if let Some(sample) = self.flight.as_ref().and_then(|f| f.rtt_sample(now)) {
+            self.paths[0].rtt.update(Duration::ZERO, sample);
+        }
         self.remote_cid = server_cid;
         self.apply_peer_params(params);
         if pattern == HandshakePattern::XX {

@@ -34,7 +34,13 @@ impl Path {
     pub(crate) fn message_estimate(&self) -> crate::message::send::PathEstimate {
         let m = self.cc.metrics();
         crate::message::send::PathEstimate {
-            rtt: self.rtt.smoothed(),
+            // Before the first sample the RTT is a guess: assume nothing rather than give
+            // messages up on it.
+            rtt: if self.rtt.has_sample() {
+                self.rtt.smoothed()
+            } else {
+                std::time::Duration::ZERO
+            },
             window: m.window,
             slow_start: m.in_slow_start,
         }
