@@ -70,16 +70,16 @@ pub(crate) struct PathEstimate {
 }
 
 impl PathEstimate {
-    /// When `bytes` sent from now would have arrived: half a round trip plus the time the
-    /// window needs to carry them (doubling each round trip in slow start).
+    /// At the earliest, when `bytes` sent from now would have arrived: half a round trip,
+    /// plus the time the window needs to carry them once the window measures the path. In
+    /// slow start it does not (it is still growing, or small because the sender was idle):
+    /// counting it would give up messages that would have arrived, and the window, never
+    /// used, would never grow.
     pub(crate) fn delivery_time(&self, bytes: u64) -> Duration {
-        let w = self.window.max(1);
-        let transmit = if bytes <= w || !self.slow_start {
-            self.rtt.mul_f64(bytes as f64 / w as f64)
+        let transmit = if self.slow_start {
+            Duration::ZERO
         } else {
-            // Rounds n with w·(2^n − 1) ≥ bytes.
-            let rounds = ((bytes as f64 / w as f64) + 1.0).log2().ceil();
-            self.rtt.mul_f64(rounds)
+            self.rtt.mul_f64(bytes as f64 / self.window.max(1) as f64)
         };
         self.rtt / 2 + transmit
     }
@@ -378,12 +378,12 @@ mod tests {
             slow_start: false,
         };
         assert_eq!(path.delivery_time(1_000_000), ms(420));
-        // In slow start it doubles: 100 + 200 + 400 + 800 kB ≥ 1 MB in 4 rounds.
+        // In slow start the window says nothing of the path: only the one-way trip counts.
         let ss = PathEstimate {
             slow_start: true,
             ..path
         };
-        assert_eq!(ss.delivery_time(1_000_000), ms(180));
+        assert_eq!(ss.delivery_time(1_000_000), ms(20));
         let mut s = MessageSender::default();
         let doomed = s.push(
             t,
