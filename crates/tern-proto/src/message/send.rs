@@ -61,7 +61,10 @@ pub(crate) struct Fragment {
 /// What the sender knows of its path, to tell whether a message can still arrive in time.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PathEstimate {
-    /// Smoothed round trip (its half stands for the one-way trip, queue included).
+    /// The shortest one-way trip: half the minimum RTT (a queue on the way back, common on
+    /// an asymmetric link, must not make a message look hopeless).
+    pub(crate) one_way: Duration,
+    /// Smoothed round trip (with the window, the rate at which the path carries data).
     pub(crate) rtt: Duration,
     /// Congestion window in bytes.
     pub(crate) window: u64,
@@ -70,7 +73,7 @@ pub(crate) struct PathEstimate {
 }
 
 impl PathEstimate {
-    /// At the earliest, when `bytes` sent from now would have arrived: half a round trip,
+    /// At the earliest, when `bytes` sent from now would have arrived: the one-way trip,
     /// plus the time the window needs to carry them once the window measures the path. In
     /// slow start it does not (it is still growing, or small because the sender was idle):
     /// counting it would give up messages that would have arrived, and the window, never
@@ -81,7 +84,7 @@ impl PathEstimate {
         } else {
             self.rtt.mul_f64(bytes as f64 / self.window.max(1) as f64)
         };
-        self.rtt / 2 + transmit
+        self.one_way + transmit
     }
 }
 
@@ -361,6 +364,7 @@ mod tests {
     /// A path on which everything arrives at once.
     fn fast() -> PathEstimate {
         PathEstimate {
+            one_way: Duration::ZERO,
             rtt: Duration::ZERO,
             window: u64::MAX,
             slow_start: false,
@@ -373,6 +377,7 @@ mod tests {
         let ms = Duration::from_millis;
         // 40 ms round trip, 100 kB window: 1 MB takes 20 ms + 400 ms.
         let path = PathEstimate {
+            one_way: ms(20),
             rtt: ms(40),
             window: 100_000,
             slow_start: false,

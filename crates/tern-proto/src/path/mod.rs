@@ -36,6 +36,7 @@ impl Path {
         crate::message::send::PathEstimate {
             // Before the first sample the RTT is a guess: assume nothing rather than give
             // messages up on it.
+            one_way: self.rtt.min().unwrap_or_default() / 2,
             rtt: if self.rtt.has_sample() {
                 self.rtt.smoothed()
             } else {
