@@ -272,7 +272,7 @@ async fn request_deadlines_reach_the_server_and_late_replies_are_dropped() {
         while let Ok(m) = conn.recv_message().await {
             let left = m
                 .deadline
-                .map(|d| d.saturating_duration_since(std::time::Instant::now()));
+                .map(|d| d.saturating_duration_since(tokio::time::Instant::now().into_std()));
             left_tx.send(left).unwrap();
             // "slow" requests are answered after their deadline, fully reliably.
             if &m.data[..] == b"slow" {
