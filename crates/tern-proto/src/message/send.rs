@@ -164,6 +164,10 @@ impl MessageSender {
         credit: u64,
         path: &PathEstimate,
     ) -> Option<Fragment> {
+        // Called for every packet built, flows-only connections included.
+        if self.msgs.is_empty() {
+            return None;
+        }
         for p in (0..PRIORITIES).rev() {
             self.admit(p, now, path);
             if let Some(f) = self.fragment_from(p, false, now, max, credit) {
@@ -215,6 +219,9 @@ impl MessageSender {
         } else {
             &self.ready[p]
         };
+        if list.is_empty() {
+            return None;
+        }
         let can_go = |m: &OutMessage| m.reserved || m.total() <= credit;
         let earliest = list
             .iter()
