@@ -305,7 +305,7 @@ impl Connection {
             return Err(WriteError::Blocked);
         }
         let len = data.len();
-        if let Some(send) = self.flows.flows.get_mut(&id).and_then(|f| f.send.as_mut()) {
+        if let Some(send) = self.flows.send_mut(id) {
             send.write(data);
         }
         self.flows.mark_ready(id);
@@ -348,12 +348,7 @@ impl Connection {
         if self.is_closed() {
             return Err(WriteError::ConnectionClosed);
         }
-        let send = self
-            .flows
-            .flows
-            .get_mut(&id)
-            .and_then(|f| f.send.as_mut())
-            .ok_or(WriteError::ClosedFlow)?;
+        let send = self.flows.send_mut(id).ok_or(WriteError::ClosedFlow)?;
         if send.fin || send.reset.is_some() {
             return Err(WriteError::ClosedFlow);
         }
@@ -365,12 +360,7 @@ impl Connection {
 
     /// Abandons a flow's sending half: unsent and unacknowledged data is dropped.
     pub fn reset_flow(&mut self, id: FlowId, code: u64) -> Result<(), WriteError> {
-        let send = self
-            .flows
-            .flows
-            .get_mut(&id)
-            .and_then(|f| f.send.as_mut())
-            .ok_or(WriteError::ClosedFlow)?;
+        let send = self.flows.send_mut(id).ok_or(WriteError::ClosedFlow)?;
         if send.reset.is_none() && !send.is_done() {
             send.reset = Some(code);
             send.reset_pending = true;
@@ -382,12 +372,7 @@ impl Connection {
 
     /// Asks the peer to stop sending on a flow; received data is discarded from now on.
     pub fn stop_flow(&mut self, id: FlowId, code: u64) -> Result<(), ReadError> {
-        let recv = self
-            .flows
-            .flows
-            .get_mut(&id)
-            .and_then(|f| f.recv.as_mut())
-            .ok_or(ReadError::ClosedFlow)?;
+        let recv = self.flows.recv_mut(id).ok_or(ReadError::ClosedFlow)?;
         if recv.stop.is_none() && !recv.is_finished() {
             recv.stop = Some(code);
             recv.stop_pending = true;
@@ -418,12 +403,7 @@ impl Connection {
     }
 
     fn recv_half(&mut self, id: FlowId) -> Result<&mut crate::flow::RecvFlow, ReadError> {
-        let recv = self
-            .flows
-            .flows
-            .get_mut(&id)
-            .and_then(|f| f.recv.as_mut())
-            .ok_or(ReadError::ClosedFlow)?;
+        let recv = self.flows.recv_mut(id).ok_or(ReadError::ClosedFlow)?;
         if let Some(code) = recv.reset {
             return Err(ReadError::Reset(code));
         }
@@ -431,7 +411,7 @@ impl Connection {
     }
 
     fn after_read(&mut self, id: FlowId, n: usize) -> Result<Option<usize>, ReadError> {
-        let Some(recv) = self.flows.flows.get_mut(&id).and_then(|f| f.recv.as_mut()) else {
+        let Some(recv) = self.flows.recv_mut(id) else {
             return Err(ReadError::ClosedFlow);
         };
         if n > 0 {

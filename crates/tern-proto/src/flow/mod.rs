@@ -167,6 +167,16 @@ pub(crate) enum FlowError {
 }
 
 impl FlowSet {
+    /// The sending half of flow `id`, if it has one still open.
+    pub(crate) fn send_mut(&mut self, id: FlowId) -> Option<&mut SendFlow> {
+        self.flows.get_mut(&id).and_then(|f| f.send.as_mut())
+    }
+
+    /// The receiving half of flow `id`, if it has one still open.
+    pub(crate) fn recv_mut(&mut self, id: FlowId) -> Option<&mut RecvFlow> {
+        self.flows.get_mut(&id).and_then(|f| f.recv.as_mut())
+    }
+
     pub(crate) fn new(side: Side, local: &crate::config::FlowConfig) -> Self {
         Self {
             side,
