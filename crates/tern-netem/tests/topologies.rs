@@ -20,7 +20,10 @@ fn ns_exists(ns: &str) -> bool {
     std::path::Path::new("/run/netns").join(ns).exists()
 }
 
-/// One-way delay of 50 datagrams from `from` (optionally bound to `bind`) to `to` on `port`.
+/// Smallest one-way delay of 50 datagrams from `from` (optionally bound to `bind`) to `to` on
+/// `port`. The minimum, not the mean: these tests ask which path a datagram took, and the tests
+/// of this file run side by side on a loaded machine, where scheduling adds milliseconds to some
+/// datagrams but the emulator never delivers one early (accuracy.rs checks the delays).
 fn owd(topo: &Topology, from: &str, bind: Option<&str>, to: &str, to_addr: &str, port: u16) -> f64 {
     let dst = format!("{to_addr}:{port}");
     let rx = Background::start(probe(
@@ -40,7 +43,13 @@ fn owd(topo: &Topology, from: &str, bind: Option<&str>, to: &str, to_addr: &str,
     run(probe(topo, from, &args));
     let r = rx.finish();
     assert_eq!(fig(&r, "received"), 50.0, "{from} -> {to} {dst}");
-    fig(&r, "owd_mean_ms")
+    fig(&r, "owd_min_ms")
+}
+
+/// `owd` came through the link of `delay_ms`: never early, and nearer it than any other link
+/// of the topology (the links differ by at least 10 ms).
+fn crossed(owd: f64, delay_ms: f64) -> bool {
+    (delay_ms..delay_ms + 5.0).contains(&owd)
 }
 
 #[test]
@@ -63,12 +72,10 @@ fn dual_paths_are_disjoint_and_chosen_by_source_address() {
     let cross = owd(&topo, "c", Some("10.77.3.1:0"), "s", "10.77.2.1", 7103);
     let back = owd(&topo, "s", Some("10.77.4.1:0"), "c", "10.77.1.1", 7104);
     println!("dual: path 1 {p1:.2} ms, path 2 {p2:.2} ms, from 10.77.3.1 {cross:.2} ms, back via r2 {back:.2} ms");
-    // This test is about which path a datagram takes (10 ms or 40 ms); delay accuracy is
-    // accuracy.rs's job, so allow 2 ms of scheduling noise on a loaded machine.
-    assert!((10.0..12.0).contains(&p1), "{p1}");
-    assert!((40.0..42.0).contains(&p2), "{p2}");
-    assert!((40.0..42.0).contains(&cross), "{cross}");
-    assert!((40.0..42.0).contains(&back), "{back}");
+    assert!(crossed(p1, 10.0), "{p1}");
+    assert!(crossed(p2, 40.0), "{p2}");
+    assert!(crossed(cross, 40.0), "{cross}");
+    assert!(crossed(back, 40.0), "{back}");
     let r1 = emu.stats("r1", Direction::Up).unwrap();
     let r2 = emu.stats("r2", Direction::Up).unwrap();
     assert_eq!(r1.offered, 50);
@@ -126,9 +133,9 @@ fn parking_lot_flows_cross_their_bottlenecks() {
     println!(
         "parking lot: flow 0 {f0:.2} ms (b1+b2), flow 1 {f1:.2} ms (b1), flow 2 {f2:.2} ms (b2)"
     );
-    assert!((30.0..31.5).contains(&f0));
-    assert!((10.0..11.0).contains(&f1));
-    assert!((20.0..21.0).contains(&f2));
+    assert!(crossed(f0, 30.0), "{f0}");
+    assert!(crossed(f1, 10.0), "{f1}");
+    assert!(crossed(f2, 20.0), "{f2}");
     assert_eq!(emu.stats("b1", Direction::Up).unwrap().offered, 100);
     assert_eq!(emu.stats("b2", Direction::Up).unwrap().offered, 100);
     assert_eq!(emu.stats("b1", Direction::Down).unwrap().offered, 0);
