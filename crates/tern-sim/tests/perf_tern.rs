@@ -28,6 +28,7 @@ fn sixty_seconds_at_100_mbit() {
         sim.stats().delivered
     );
     let _ = goodput_between;
+    eprintln!("{}", sim.summary());
     assert!(sim.server().app.corrupt.is_none());
     assert!(mbit > 90.0, "goodput {mbit:.1} Mbit/s");
     // A loose sanity bound only (see the module doc).
