@@ -53,8 +53,14 @@ pub struct ConnectionConfig {
     pub handshake_timeout: Duration,
     /// Most we delay an ACK (advertised to the peer).
     pub max_ack_delay: Duration,
-    /// Acknowledge at least every this many ack-eliciting packets.
+    /// Acknowledge at least every this many ack-eliciting packets, until the peer asks for
+    /// another number (AckFrequency).
     pub ack_frequency: u32,
+    /// Most ack-eliciting packets per ACK we ask the peer for (AckFrequency, PROTOCOL.md
+    /// §11.1). We ask for one ACK per eighth of the congestion window, at least 2 and at most
+    /// this: at 100 Mbit/s that is a fifth of the ACKs, and so of their cost on both hosts.
+    /// 2 or less never asks.
+    pub max_ack_threshold: u32,
     /// Largest UDP payload we send once the handshake is done (IPv6 minimum-safe value on a
     /// 1500-byte Ethernet MTU; PMTU discovery will raise or lower it, DESIGN.md F14).
     pub max_datagram_size: u16,
@@ -83,6 +89,7 @@ impl Default for ConnectionConfig {
             handshake_timeout: Duration::from_secs(10),
             max_ack_delay: Duration::from_millis(10),
             ack_frequency: 2,
+            max_ack_threshold: 10,
             max_datagram_size: 1452,
             max_recv_datagram_size: 1500,
             max_pacing_burst: 64,

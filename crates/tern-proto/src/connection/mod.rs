@@ -261,6 +261,8 @@ impl Connection {
                 .unwrap_or_else(|| crate::cc::Pacer::default_rate(p.cc.window(), p.rtt.smoothed()));
         s.congestion_events = m.congestion_events;
         s.non_congestive_losses = m.non_congestive_losses;
+        s.ack_threshold = p.acks.threshold(self.config.ack_frequency);
+        s.ack_threshold_requested = p.ack_request.threshold;
         s
     }
 

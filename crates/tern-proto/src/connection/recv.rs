@@ -107,10 +107,9 @@ impl Connection {
                 return;
             }
         };
-        let (freq, delay) = (self.config.ack_frequency, self.config.max_ack_delay);
-        self.paths[0]
-            .acks
-            .on_packet(now, pn, ack_eliciting, freq, delay);
+        let acks = &mut self.paths[0].acks;
+        let freq = acks.threshold(self.config.ack_frequency);
+        acks.on_packet(now, pn, ack_eliciting, freq, self.config.max_ack_delay);
     }
 
     fn payload_has_close(&self, payload: &[u8]) -> bool {
@@ -187,6 +186,19 @@ impl Connection {
             }
             Frame::AckRequest => {
                 self.paths[0].acks.immediate = true;
+            }
+            Frame::AckFrequency {
+                path_id,
+                sequence,
+                threshold,
+            } => {
+                if path_id != 0 {
+                    return Err((
+                        TransportErrorCode::PROTOCOL_VIOLATION,
+                        "ACK_FREQUENCY for unknown path",
+                    ));
+                }
+                self.paths[0].acks.on_ack_frequency(sequence, threshold);
             }
             Frame::Flow(f) => self.on_flow_data(wire_flow(f.flow_id), f.offset, f.data, f.fin)?,
             Frame::ResetFlow {

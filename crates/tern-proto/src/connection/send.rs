@@ -150,6 +150,13 @@ impl Connection {
                     // A probe asks for an immediate answer (SLTP REPLY_REQ): each probe then
                     // gets its own ACK, which doubles the chances through a loss burst.
                     Frame::AckRequest.encode(buf);
+                } else if ack_eliciting
+                    && self.paths[0].ack_request.threshold > 2
+                    && !self.has_sendable_data()
+                {
+                    // The last packet before we fall silent: with a high AckFrequency
+                    // threshold its ACK would wait for max_ack_delay.
+                    Frame::AckRequest.encode(buf);
                 }
             }
         }
@@ -172,6 +179,9 @@ impl Connection {
             self.probes -= 1;
         }
         let app_limited = !self.has_sendable_data();
+        if !ack_eliciting && !close_only {
+            self.stats.ack_only_sent += 1;
+        }
         let path = &mut self.paths[0];
         let in_flight = ack_eliciting;
         if in_flight {
@@ -264,6 +274,17 @@ impl Connection {
             }
             .encode(buf);
             frames.push(SentFrame::MessageSkip(id, credit));
+        }
+        let request = &mut self.paths[0].ack_request;
+        if request.pending && room(buf) {
+            Frame::AckFrequency {
+                path_id: 0,
+                sequence: request.sequence,
+                threshold: request.threshold,
+            }
+            .encode(buf);
+            frames.push(SentFrame::AckFrequency);
+            request.pending = false;
         }
         if self.handshake_done_pending && room(buf) {
             Frame::HandshakeDone.encode(buf);
@@ -468,6 +489,7 @@ impl Connection {
         let app_limited = acked.iter().all(|(_, p)| p.app_limited);
         path.cc
             .on_end_acks(now, path.sent.bytes_in_flight, app_limited, largest_sent);
+        path.update_ack_threshold(now, self.config.max_ack_threshold);
     }
 
     pub(crate) fn on_acked_frames(&mut self, frames: &[SentFrame]) {
@@ -595,6 +617,7 @@ impl Connection {
                     self.messages_out.skips.push_back((id, credit))
                 }
                 SentFrame::WindowState => self.window.update_pending = true,
+                SentFrame::AckFrequency => self.paths[0].ack_request.pending = true,
             }
         }
         let _ = probe;

@@ -24,6 +24,13 @@ pub struct ConnectionStats {
     pub auth_failures: u64,
     /// Replayed packets (dropped).
     pub replays: u64,
+    /// Packets sent that carried only acknowledgements (Ack, Nack, padding).
+    pub ack_only_sent: u64,
+    /// Ack-eliciting packets per ACK we use: what the peer asked for with AckFrequency, else
+    /// our configured `ack_frequency`.
+    pub ack_threshold: u32,
+    /// What we asked the peer for (2, the default, until we ask).
+    pub ack_threshold_requested: u32,
     /// NACK frames sent and received.
     pub nacks_sent: u64,
     /// See `nacks_sent`.

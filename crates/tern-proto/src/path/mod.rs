@@ -27,6 +27,59 @@ pub(crate) struct Path {
     pub(crate) bytes_sent: u64,
     /// Earliest time the pacer lets the next packet go, when it is holding one back.
     pub(crate) pacing_until: Option<Instant>,
+    /// What we asked the peer about acknowledging this path's packets (AckFrequency).
+    pub(crate) ack_request: AckThresholdRequest,
+}
+
+/// The sender's side of AckFrequency (PROTOCOL.md §11.1): the threshold it last asked for.
+#[derive(Debug)]
+pub(crate) struct AckThresholdRequest {
+    /// Ack-eliciting packets per ACK asked for (2, the default, until we ask otherwise).
+    pub(crate) threshold: u32,
+    /// Sequence number of the last request.
+    pub(crate) sequence: u64,
+    /// The current request still has to be sent (new, or its packet was lost).
+    pub(crate) pending: bool,
+    /// When the threshold was last reconsidered (at most once per smoothed RTT).
+    pub(crate) checked_at: Option<Instant>,
+}
+
+impl Default for AckThresholdRequest {
+    fn default() -> Self {
+        Self {
+            threshold: 2,
+            sequence: 0,
+            pending: false,
+            checked_at: None,
+        }
+    }
+}
+
+impl Path {
+    /// Reconsiders how often the peer should acknowledge: once per eighth of the congestion
+    /// window (so ACKs keep clocking the sender several times per round trip), between 2 and
+    /// `max`. At most once per smoothed RTT, so the window's sawtooth does not make a frame
+    /// per ACK.
+    pub(crate) fn update_ack_threshold(&mut self, now: Instant, max: u32) {
+        if max <= 2 {
+            return;
+        }
+        let r = &mut self.ack_request;
+        if r.checked_at
+            .is_some_and(|t| now.saturating_duration_since(t) < self.rtt.smoothed())
+        {
+            return;
+        }
+        r.checked_at = Some(now);
+        let packets = self.cc.window() / u64::from(self.mtu.max(1));
+        let want =
+            (packets / 8).clamp(2, u64::from(max.min(crate::wire::MAX_ACK_THRESHOLD))) as u32;
+        if want != r.threshold {
+            r.threshold = want;
+            r.sequence += 1;
+            r.pending = true;
+        }
+    }
 }
 
 impl Path {
@@ -73,6 +126,7 @@ impl Path {
             bytes_received: 0,
             bytes_sent: 0,
             pacing_until: None,
+            ack_request: AckThresholdRequest::default(),
         }
     }
 

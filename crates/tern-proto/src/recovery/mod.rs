@@ -41,6 +41,8 @@ pub(crate) enum SentFrame {
     MessageSkip(crate::message::MessageId, u64),
     /// A WindowClose or WindowOpen (the current state is resent if lost).
     WindowState,
+    /// An AckFrequency (the current request is resent if lost).
+    AckFrequency,
 }
 
 /// One packet in flight.
@@ -223,6 +225,8 @@ pub(crate) struct AckTracker {
     pub(crate) nack: Vec<u64>,
     /// Something new arrived since the last ACK.
     pub(crate) dirty: bool,
+    /// The peer's latest AckFrequency: (sequence, threshold).
+    pub(crate) requested: Option<(u64, u32)>,
 }
 
 /// At most this many ACK ranges are remembered; older gaps are long repaired or given up.
@@ -233,6 +237,19 @@ pub(crate) const ACK_HORIZON: u64 = 1024;
 pub(crate) const MAX_NACK: usize = 64;
 
 impl AckTracker {
+    /// The peer asked for an ACK every `threshold` ack-eliciting packets; requests arriving
+    /// out of order are ignored.
+    pub(crate) fn on_ack_frequency(&mut self, sequence: u64, threshold: u32) {
+        if self.requested.is_none_or(|(s, _)| sequence > s) {
+            self.requested = Some((sequence, threshold));
+        }
+    }
+
+    /// Ack-eliciting packets per ACK: the peer's request, else our default.
+    pub(crate) fn threshold(&self, default: u32) -> u32 {
+        self.requested.map_or(default, |(_, t)| t)
+    }
+
     /// Records a received, authenticated packet.
     pub(crate) fn on_packet(
         &mut self,
@@ -360,6 +377,30 @@ mod tests {
         assert!(!a.wants_ack(now));
         a.on_packet(now, 3, true, 10, Duration::from_millis(10));
         assert_eq!(a.nack, vec![1, 2]);
+        assert!(a.wants_ack(now));
+    }
+
+    #[test]
+    fn ack_frequency_requests_apply_in_sequence_order() {
+        let now = crate::cc::testing::epoch();
+        let delay = Duration::from_millis(10);
+        let mut a = AckTracker::default();
+        assert_eq!(a.threshold(2), 2);
+        a.on_ack_frequency(2, 5);
+        // An older request arriving late changes nothing.
+        a.on_ack_frequency(1, 3);
+        assert_eq!(a.threshold(2), 5);
+        for pn in 0..4 {
+            a.on_packet(now, pn, true, a.threshold(2), delay);
+            assert!(!a.wants_ack(now), "ACK after {} packets", pn + 1);
+        }
+        a.on_packet(now, 4, true, a.threshold(2), delay);
+        assert!(a.wants_ack(now));
+        a.on_ack_sent();
+        // Still delayed at most max_ack_delay, and a gap is still acknowledged at once.
+        a.on_packet(now, 5, true, a.threshold(2), delay);
+        assert!(a.wants_ack(now + delay));
+        a.on_packet(now, 7, true, a.threshold(2), delay);
         assert!(a.wants_ack(now));
     }
 }

@@ -90,6 +90,8 @@ pub mod frame_type {
     pub const JOIN: u64 = 0x27;
     /// `Leave` (§9.28).
     pub const LEAVE: u64 = 0x28;
+    /// `AckFrequency` (§9.29).
+    pub const ACK_FREQUENCY: u64 = 0x29;
 }
 
 use frame_type as ty;
@@ -522,7 +524,20 @@ pub enum Frame<'a> {
         /// Group name (1..=255 bytes).
         group: &'a [u8],
     },
+    /// 0x29: the sender of a path's packets asks the receiver to acknowledge every
+    /// `threshold` ack-eliciting packets instead of every 2 (§11.1).
+    AckFrequency {
+        /// Path whose packets this is about.
+        path_id: u32,
+        /// Increases with each new request; older ones are ignored.
+        sequence: u64,
+        /// Ack-eliciting packets per Ack, 1..=[`MAX_ACK_THRESHOLD`].
+        threshold: u32,
+    },
 }
+
+/// Largest `AckFrequency` threshold (§9.29): beyond it the sender would lose its ACK clock.
+pub const MAX_ACK_THRESHOLD: u32 = 64;
 
 fn decode_group<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
     let group = r.len_prefixed(MAX_GROUP_LEN)?;
@@ -698,6 +713,19 @@ impl<'a> Frame<'a> {
             ty::LEAVE => Frame::Leave {
                 group: decode_group(r)?,
             },
+            ty::ACK_FREQUENCY => {
+                let path_id = r.varint_u32("path id")?;
+                let sequence = r.varint()?;
+                let threshold = r.varint()?;
+                if !(1..=u64::from(MAX_ACK_THRESHOLD)).contains(&threshold) {
+                    return Err(DecodeError::InvalidValue("ack threshold"));
+                }
+                Frame::AckFrequency {
+                    path_id,
+                    sequence,
+                    threshold: threshold as u32,
+                }
+            }
             other => return Err(DecodeError::UnknownFrameType(other)),
         };
         Ok(frame)
@@ -748,6 +776,7 @@ impl<'a> Frame<'a> {
             Frame::RateEcho { .. } => ty::RATE_ECHO,
             Frame::Join { .. } => ty::JOIN,
             Frame::Leave { .. } => ty::LEAVE,
+            Frame::AckFrequency { .. } => ty::ACK_FREQUENCY,
         }
     }
 
@@ -840,6 +869,11 @@ impl<'a> Frame<'a> {
             Frame::Join { group } | Frame::Leave { group } => {
                 len_prefixed_len(group.len().min(MAX_GROUP_LEN))
             }
+            Frame::AckFrequency {
+                path_id,
+                sequence,
+                threshold,
+            } => vl(u64::from(*path_id)) + vl(*sequence) + vl(u64::from(*threshold)),
         }
     }
 
@@ -965,6 +999,16 @@ impl<'a> Frame<'a> {
             Frame::Join { group } | Frame::Leave { group } => {
                 debug_assert!(!group.is_empty(), "empty group name");
                 buf.put_len_prefixed(capped(group, MAX_GROUP_LEN));
+            }
+            Frame::AckFrequency {
+                path_id,
+                sequence,
+                threshold,
+            } => {
+                debug_assert!((1..=MAX_ACK_THRESHOLD).contains(threshold), "ack threshold");
+                buf.put_varint(u64::from(*path_id));
+                buf.put_varint(*sequence);
+                buf.put_varint(u64::from(*threshold));
             }
         }
     }
@@ -1210,7 +1254,13 @@ pub(crate) mod tests {
     fn field_rules() {
         let cases: &[(&[u8], DecodeError)] = &[
             (&[0x07], DecodeError::UnknownFrameType(0x07)),
-            (&[0x29], DecodeError::UnknownFrameType(0x29)),
+            (&[0x2a], DecodeError::UnknownFrameType(0x2a)),
+            (&[0x29, 0, 1, 0], DecodeError::InvalidValue("ack threshold")),
+            (
+                &[0x29, 0, 1, 0x40, 65],
+                DecodeError::InvalidValue("ack threshold"),
+            ),
+            (&[0x29, 0, 1], DecodeError::UnexpectedEnd),
             (
                 &[0x40, 0x01],
                 DecodeError::InvalidValue("frame type encoding"),
@@ -1332,7 +1382,7 @@ pub(crate) mod tests {
 
     pub(crate) fn arb_frame_spec() -> impl Strategy<Value = FrameSpec> {
         (
-            (0u8..34, v(), v(), v(), any::<bool>(), any::<u8>()),
+            (0u8..35, v(), v(), v(), any::<bool>(), any::<u8>()),
             proptest::collection::vec(any::<u8>(), 0..300),
             any::<[u8; 16]>(),
             arb_cid(1..=20),
@@ -1483,6 +1533,11 @@ pub(crate) mod tests {
                 },
                 29 => Frame::Join { group },
                 30 => Frame::Leave { group },
+                34 => Frame::AckFrequency {
+                    path_id: a as u32,
+                    sequence: b,
+                    threshold: 1 + (c % u64::from(MAX_ACK_THRESHOLD)) as u32,
+                },
                 31 => Frame::Flow(FlowFrame {
                     flow_id: a,
                     offset: 0,
@@ -1548,7 +1603,7 @@ pub(crate) mod tests {
         }
 
         #[test]
-        fn arbitrary_typed_payloads_never_panic(t in 0u8..0x2a, data in proptest::collection::vec(any::<u8>(), 0..40)) {
+        fn arbitrary_typed_payloads_never_panic(t in 0u8..0x2b, data in proptest::collection::vec(any::<u8>(), 0..40)) {
             let mut buf = vec![t];
             buf.extend_from_slice(&data);
             crate::wire::fuzz::frames(&buf);
