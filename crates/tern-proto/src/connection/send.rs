@@ -217,7 +217,7 @@ impl Connection {
         wire::encode_ack(
             0,
             delay.as_micros() as u64,
-            acks.received.iter_rev().map(|r| r.start..=r.end - 1),
+            acks.reported(),
             crate::recovery::MAX_ACK_RANGES,
             budget,
             buf,

@@ -233,6 +233,8 @@ pub(crate) struct AckTracker {
 pub(crate) const MAX_ACK_RANGES: usize = 32;
 /// ACKs describe at most this many packet numbers below the largest received.
 pub(crate) const ACK_HORIZON: u64 = 1024;
+/// The received set is trimmed to the horizon once it reaches this far below it.
+const ACK_TRIM_STEP: u64 = 64;
 /// At most this many packet numbers go in one NACK.
 pub(crate) const MAX_NACK: usize = 64;
 
@@ -284,10 +286,15 @@ impl AckTracker {
         self.received.insert(pn..pn + 1);
         self.received.keep_highest(MAX_ACK_RANGES);
         // Gaps far below the newest packet were long reported (the sender declared them lost
-        // and resent their data under new numbers); stop repeating them in every ACK.
+        // and resent their data under new numbers); stop repeating them in every ACK. Trimmed
+        // here in steps, not every packet; `reported` clips to the horizon exactly.
         if let Some((largest, _)) = self.largest {
             let floor = largest.saturating_sub(ACK_HORIZON);
-            if self.received.first().is_some_and(|r| r.start < floor) {
+            if self
+                .received
+                .first()
+                .is_some_and(|r| r.start + ACK_TRIM_STEP < floor)
+            {
                 self.received.remove(0..floor);
             }
         }
@@ -300,6 +307,20 @@ impl AckTracker {
                 self.deadline = Some(now + max_delay);
             }
         }
+    }
+
+    /// The received ranges an ACK reports, highest first, inclusive: those within
+    /// [`ACK_HORIZON`] of the largest.
+    pub(crate) fn reported(
+        &self,
+    ) -> impl Iterator<Item = std::ops::RangeInclusive<u64>> + Clone + '_ {
+        let floor = self
+            .largest
+            .map_or(0, |(l, _)| l.saturating_sub(ACK_HORIZON));
+        self.received
+            .iter_rev()
+            .take_while(move |r| r.end > floor)
+            .map(move |r| r.start.max(floor)..=r.end - 1)
     }
 
     /// Whether an ACK should be sent at `now`.
@@ -402,5 +423,23 @@ mod tests {
         assert!(a.wants_ack(now + delay));
         a.on_packet(now, 7, true, a.threshold(2), delay);
         assert!(a.wants_ack(now));
+    }
+
+    #[test]
+    fn acks_report_only_the_horizon_below_the_largest() {
+        let now = crate::cc::testing::epoch();
+        let delay = Duration::from_millis(10);
+        let mut a = AckTracker::default();
+        for pn in (0..2000).filter(|pn| *pn != 5 && *pn != 1500) {
+            a.on_packet(now, pn, true, 2, delay);
+            let floor = pn.saturating_sub(ACK_HORIZON);
+            let reported: Vec<_> = a.reported().collect();
+            assert!(reported.iter().all(|r| *r.start() >= floor), "{pn}: {reported:?}");
+            assert_eq!(reported.first().map(|r| *r.end()), Some(pn));
+        }
+        let reported: Vec<_> = a.reported().collect();
+        assert_eq!(reported, vec![1501..=1999, 1999 - ACK_HORIZON..=1499]);
+        // Trimmed, within a step of the horizon.
+        assert!(a.received.first().unwrap().start + ACK_TRIM_STEP >= 1999 - ACK_HORIZON);
     }
 }

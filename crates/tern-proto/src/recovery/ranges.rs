@@ -51,6 +51,16 @@ impl RangeSet {
         if range.is_empty() {
             return false;
         }
+        // The common case (packets and bytes arriving in order): extend the highest range.
+        if let Some(mut last) = self.map.last_entry() {
+            if *last.key() <= range.start && range.start <= *last.get() {
+                if range.end <= *last.get() {
+                    return false;
+                }
+                *last.get_mut() = range.end;
+                return true;
+            }
+        }
         if self.contains_range(range.clone()) {
             return false;
         }
@@ -76,6 +86,15 @@ impl RangeSet {
     pub fn remove(&mut self, range: Range<u64>) {
         if range.is_empty() {
             return;
+        }
+        // The common case (forgetting old packet numbers, acknowledged bytes): cut the front
+        // of the lowest range.
+        if let Some((&s, &e)) = self.map.first_key_value() {
+            if range.start <= s && s < range.end && range.end < e {
+                self.map.remove(&s);
+                self.map.insert(range.end, e);
+                return;
+            }
         }
         // A range starting before `range.start` may need to be split.
         if let Some((&s, &e)) = self.map.range(..range.start).next_back() {
