@@ -141,15 +141,13 @@ impl<A: App> Node for TernNode<A> {
         if !self.started {
             self.pump(now);
         }
-        // The endpoint writes straight into the datagram's own buffer: no copy.
+        // The endpoint writes straight into the buffer that becomes the datagram: no copy,
+        // and no allocation when there is nothing to send.
+        self.buf.clear();
+        let t = self.endpoint.poll_transmit(now, &mut self.buf)?;
+        self.buf.truncate(t.size);
         let spare = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(2048));
-        let mut data = std::mem::replace(&mut self.buf, spare);
-        data.clear();
-        let Some(t) = self.endpoint.poll_transmit(now, &mut data) else {
-            self.buf = data;
-            return None;
-        };
-        data.truncate(t.size);
+        let data = std::mem::replace(&mut self.buf, spare);
         Some(Datagram {
             src: self.addr,
             dst: t.destination,
