@@ -77,6 +77,14 @@ impl RecvFlow {
         if start >= end {
             return Ok(new_highest);
         }
+        // In order, or beyond everything held (the common cases): all of it is new.
+        if self.received.last().is_none_or(|r| r.end <= start) {
+            let from = (start - offset) as usize;
+            self.chunks
+                .insert(start, Bytes::copy_from_slice(&data[from..]));
+            self.received.insert(start..end);
+            return Ok(new_highest);
+        }
         for hole in self.received.holes(start..end) {
             let (s, e) = (hole.start, hole.end);
             let from = (s - offset) as usize;

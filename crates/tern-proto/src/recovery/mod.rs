@@ -134,6 +134,25 @@ impl SentPackets {
         }
         let mut largest_newly_acked = None;
         for range in ranges {
+            // The common case: the range covers the oldest outstanding packets.
+            if self
+                .packets
+                .first_key_value()
+                .is_some_and(|(&pn, _)| *range.start() <= pn)
+            {
+                while let Some(entry) = self.packets.first_entry() {
+                    if *entry.key() > *range.end() {
+                        break;
+                    }
+                    let (pn, p) = entry.remove_entry();
+                    if p.in_flight {
+                        self.bytes_in_flight -= u64::from(p.size);
+                    }
+                    largest_newly_acked = largest_newly_acked.max(Some(pn));
+                    out.acked.push((pn, p));
+                }
+                continue;
+            }
             let keys: Vec<u64> = self.packets.range(range).map(|(&pn, _)| pn).collect();
             for pn in keys {
                 if let Some(p) = self.remove(pn) {
@@ -434,7 +453,10 @@ mod tests {
             a.on_packet(now, pn, true, 2, delay);
             let floor = pn.saturating_sub(ACK_HORIZON);
             let reported: Vec<_> = a.reported().collect();
-            assert!(reported.iter().all(|r| *r.start() >= floor), "{pn}: {reported:?}");
+            assert!(
+                reported.iter().all(|r| *r.start() >= floor),
+                "{pn}: {reported:?}"
+            );
             assert_eq!(reported.first().map(|r| *r.end()), Some(pn));
         }
         let reported: Vec<_> = a.reported().collect();
