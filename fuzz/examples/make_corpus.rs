@@ -267,7 +267,7 @@ fn frames(corpus: &mut Corpus) {
                 data: b"msg!",
             }),
         ),
-        ("message-skip", Frame::MessageSkip { msg_id: 6 }),
+        ("message-skip", Frame::MessageSkip { msg_id: 6, credit: 1200 }),
         ("datagram", Frame::Datagram { data: b"dgram" }),
         ("path-challenge", Frame::PathChallenge { data: [1; 8] }),
         ("path-response", Frame::PathResponse { data: [2; 8] }),
@@ -319,6 +319,14 @@ fn frames(corpus: &mut Corpus) {
         ),
         ("join", Frame::Join { group: b"news" }),
         ("leave", Frame::Leave { group: b"news" }),
+        (
+            "ack-frequency",
+            Frame::AckFrequency {
+                path_id: 0,
+                sequence: 3,
+                threshold: 10,
+            },
+        ),
     ];
     let mut all = Vec::new();
     for (name, frame) in &list {
