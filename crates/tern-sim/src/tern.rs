@@ -71,6 +71,22 @@ pub fn check_payload(flow: u64, offset: u64, data: &[u8]) -> Result<(), u64> {
     Ok(())
 }
 
+/// For a client application's `poll`: connects to `server` on the first call (remembering the
+/// handle in `conn`) and returns the connection once it is established.
+///
+/// # Panics
+/// If the endpoint refuses to connect (a test set-up error).
+pub fn established<'a>(
+    conn: &mut Option<ConnectionHandle>,
+    ep: &'a mut Endpoint,
+    now: Instant,
+    server: SocketAddr,
+    key: PublicKey,
+) -> Option<&'a mut tern_proto::Connection> {
+    let h = *conn.get_or_insert_with(|| ep.connect(now, server, Some(key)).expect("connect"));
+    ep.connection_mut(h).filter(|c| c.is_established())
+}
+
 /// What an application does on a simulated host.
 pub trait App {
     /// Called once at the start and after every event or datagram: issue commands here.

@@ -12,8 +12,8 @@ use tern_proto::{
     ConnectionHandle, ConnectionStats, Dir, Endpoint, EndpointConfig, Event, FlowId, PublicKey,
 };
 use tern_sim::tern::{
-    endpoint_config, goodput_between, payload_slice, App, PairAccess, PairHost, TernNode, Transfer,
-    VerifyingReceiver, CLIENT_ADDR, SERVER_ADDR,
+    endpoint_config, established, goodput_between, payload_slice, App, PairAccess, PairHost,
+    TernNode, Transfer, VerifyingReceiver, CLIENT_ADDR, SERVER_ADDR,
 };
 use tern_sim::{LinkConfig, Simulation};
 
@@ -92,15 +92,9 @@ struct PausingWriter {
 
 impl App for PausingWriter {
     fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
-        let h = *self
-            .conn
-            .get_or_insert_with(|| ep.connect(now, self.server, Some(self.key)).unwrap());
-        let Some(conn) = ep.connection_mut(h) else {
+        let Some(conn) = established(&mut self.conn, ep, now, self.server, self.key) else {
             return;
         };
-        if !conn.is_established() {
-            return;
-        }
         let flow = *self
             .flow
             .get_or_insert_with(|| conn.open_flow(Dir::Uni).unwrap());

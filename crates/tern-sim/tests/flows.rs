@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use tern_proto::{ConnectionHandle, Dir, Endpoint, Event, FlowId, PublicKey};
-use tern_sim::tern::{endpoint_config, App, PairHost, TernNode};
+use tern_sim::tern::{endpoint_config, established, App, PairHost, TernNode};
 use tern_sim::{LinkConfig, LossModel, Simulation};
 
 const RECORD: usize = 1200;
@@ -27,15 +27,9 @@ struct Writer {
 
 impl App for Writer {
     fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
-        let h = *self
-            .conn
-            .get_or_insert_with(|| ep.connect(now, self.server, Some(self.key)).unwrap());
-        let Some(conn) = ep.connection_mut(h) else {
+        let Some(conn) = established(&mut self.conn, ep, now, self.server, self.key) else {
             return;
         };
-        if !conn.is_established() {
-            return;
-        }
         if self.flows.is_empty() {
             self.flows = (0..2).map(|_| conn.open_flow(Dir::Uni).unwrap()).collect();
             self.start = Some(now);

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tern_proto::{ConnectionHandle, Dir, Endpoint, Event, MessageId, MessageOptions, PublicKey};
-use tern_sim::tern::{endpoint_config, App, BulkSender, PairHost, TernNode, VerifyingReceiver};
+use tern_sim::tern::{
+    endpoint_config, established, App, BulkSender, PairHost, TernNode, VerifyingReceiver,
+};
 use tern_sim::{LinkConfig, LossModel, Simulation};
 
 /// One message to send: at `at` (after the connection is up), `size` bytes, with options.
@@ -52,15 +54,9 @@ impl Sender {
 
 impl App for Sender {
     fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
-        let h = *self
-            .conn
-            .get_or_insert_with(|| ep.connect(now, self.server, Some(self.key)).unwrap());
-        let Some(conn) = ep.connection_mut(h) else {
+        let Some(conn) = established(&mut self.conn, ep, now, self.server, self.key) else {
             return;
         };
-        if !conn.is_established() {
-            return;
-        }
         let start = *self.start.get_or_insert(now);
         while self.next < self.plan.len() && start + self.plan[self.next].at <= now {
             let p = &self.plan[self.next];
