@@ -29,6 +29,18 @@ fn configure(c: &mut EndpointConfig) {
     c.connection.idle_timeout = Duration::from_secs(120);
 }
 
+/// [`configure`], with an ACK every 2 packets whatever the window (no AckFrequency).
+fn configure_acks_every_two(c: &mut EndpointConfig) {
+    configure(c);
+    c.connection.max_ack_threshold = 2;
+}
+
+/// [`configure`], allowing AckFrequency's largest threshold.
+fn configure_acks_up_to_64(c: &mut EndpointConfig) {
+    configure(c);
+    c.connection.max_ack_threshold = tern_proto::wire::MAX_ACK_THRESHOLD;
+}
+
 fn random_link(rng: &mut ChaCha8Rng, rate: u64, one_way: Duration) -> LinkConfig {
     let mut l = LinkConfig::new(rate, one_way);
     let loss = rng.random_range(0.0..0.30);
@@ -96,7 +108,8 @@ fn run_seed(seed: u64) {
     t.downlink = down;
     t.ik = rng.random_bool(0.5);
     t.close = rng.random_bool(0.5);
-    t.configure = configure;
+    t.configure =
+        [configure, configure_acks_every_two, configure_acks_up_to_64][rng.random_range(0..3)];
     t.messages = messages.clone();
     let mut sim = t.build();
     let start = sim.now();
