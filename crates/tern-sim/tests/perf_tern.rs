@@ -1,6 +1,6 @@
 //! How fast the simulator runs tern itself: a 60-second, 100 Mbit/s bulk transfer (about
 //! 520 000 encrypted data packets and, with AckFrequency, 52 000 ACKs). The issue asks for well
-//! under one second of wall time in release mode (0.78–0.85 s on the 2-core development VM, a
+//! under one second of wall time in release mode (0.71–0.87 s on the 2-core development VM, a
 //! third of it AES-GCM); the figure is printed (`--nocapture`) and tracked in the closing
 //! notes, not asserted tightly, because this machine is shared and noisy.
 
