@@ -150,15 +150,19 @@ impl Connection {
                     // A probe asks for an immediate answer (SLTP REPLY_REQ): each probe then
                     // gets its own ACK, which doubles the chances through a loss burst.
                     Frame::AckRequest.encode(buf);
-                } else if ack_eliciting
-                    && self.paths[0].ack_request.threshold > 2
-                    && !self.has_sendable_data()
-                {
-                    // The last packet before we fall silent: with a high AckFrequency
-                    // threshold its ACK would wait for max_ack_delay.
-                    Frame::AckRequest.encode(buf);
                 }
             }
+        }
+        let app_limited = !self.has_sendable_data();
+        if data_allowed
+            && !probing
+            && ack_eliciting
+            && app_limited
+            && self.paths[0].ack_request.threshold > 2
+        {
+            // The last packet before we fall silent: with a high AckFrequency threshold its
+            // ACK would wait for max_ack_delay.
+            Frame::AckRequest.encode(buf);
         }
         if buf.len() == payload_start {
             // Nothing to say after all: give the packet number back.
@@ -178,7 +182,6 @@ impl Connection {
         if self.probes > 0 && ack_eliciting {
             self.probes -= 1;
         }
-        let app_limited = !self.has_sendable_data();
         if !ack_eliciting && !close_only {
             self.stats.ack_only_sent += 1;
         }
@@ -356,10 +359,11 @@ impl Connection {
     ) {
         // Frame overhead: type, ID, flags, priority, lengths, offset, deadline, reply-to.
         const OVERHEAD: usize = 1 + 8 + 2 + 8 + 8 + 8 + 8 + 4;
+        // The path does not change while one packet is built.
+        let path = self.paths[0].message_estimate();
         while limit.saturating_sub(buf.len()) > OVERHEAD {
             let max = (limit - buf.len() - OVERHEAD) as u64;
             let credit = self.flows.conn_credit();
-            let path = self.paths[0].message_estimate();
             let Some(f) = self.messages_out.next_fragment(now, max, credit, &path) else {
                 break;
             };

@@ -77,23 +77,23 @@ impl RecvFlow {
         if start >= end {
             return Ok(new_highest);
         }
-        // In order, or beyond everything held (the common cases): all of it is new.
+        // In order, or beyond everything held (the common cases): all of it is new, and the
+        // hole search (an allocation) is not needed.
         if self.received.last().is_none_or(|r| r.end <= start) {
-            let from = (start - offset) as usize;
-            self.chunks
-                .insert(start, Bytes::copy_from_slice(&data[from..]));
-            self.received.insert(start..end);
+            self.store(start, &data[(start - offset) as usize..]);
             return Ok(new_highest);
         }
         for hole in self.received.holes(start..end) {
-            let (s, e) = (hole.start, hole.end);
-            let from = (s - offset) as usize;
-            let to = (e - offset) as usize;
-            self.chunks
-                .insert(s, Bytes::copy_from_slice(&data[from..to]));
-            self.received.insert(s..e);
+            let bytes = &data[(hole.start - offset) as usize..(hole.end - offset) as usize];
+            self.store(hole.start, bytes);
         }
         Ok(new_highest)
+    }
+
+    /// Keeps `bytes`, which start at flow offset `at` and were not held before.
+    fn store(&mut self, at: u64, bytes: &[u8]) {
+        self.received.insert(at..at + bytes.len() as u64);
+        self.chunks.insert(at, Bytes::copy_from_slice(bytes));
     }
 
     /// Bytes readable in order right now.

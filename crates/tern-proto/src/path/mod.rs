@@ -80,9 +80,7 @@ impl Path {
             r.pending = true;
         }
     }
-}
 
-impl Path {
     /// What message scheduling needs to know of this path (see `PathEstimate`).
     pub(crate) fn message_estimate(&self) -> crate::message::send::PathEstimate {
         let m = self.cc.metrics();

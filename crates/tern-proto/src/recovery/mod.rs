@@ -112,10 +112,15 @@ impl SentPackets {
 
     fn remove(&mut self, pn: u64) -> Option<SentPacket> {
         let p = self.packets.remove(&pn)?;
+        Some(self.forget(p))
+    }
+
+    /// Takes a packet that left `packets` out of the bytes in flight.
+    fn forget(&mut self, p: SentPacket) -> SentPacket {
         if p.in_flight {
             self.bytes_in_flight -= u64::from(p.size);
         }
-        Some(p)
+        p
     }
 
     /// Applies an ACK's ranges (descending, inclusive). Returns an error string if the peer
@@ -145,9 +150,7 @@ impl SentPackets {
                         break;
                     }
                     let (pn, p) = entry.remove_entry();
-                    if p.in_flight {
-                        self.bytes_in_flight -= u64::from(p.size);
-                    }
+                    let p = self.forget(p);
                     largest_newly_acked = largest_newly_acked.max(Some(pn));
                     out.acked.push((pn, p));
                 }
