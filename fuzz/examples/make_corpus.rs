@@ -75,10 +75,10 @@ fn real_datagrams(ik: bool, payload: &[u8]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
             }
         }
         for d in &c2s {
-            server.handle(now, tern_proto_fuzz::CLIENT, &mut d.clone());
+            server.handle(now, tern_proto_fuzz::CLIENT, None, &mut d.clone());
         }
         for d in &s2c {
-            client.handle(now, SERVER, &mut d.clone());
+            client.handle(now, SERVER, None, &mut d.clone());
         }
         from_client.extend(c2s);
         from_server.extend(s2c);
@@ -344,10 +344,20 @@ fn frames(corpus: &mut Corpus) {
         [900..=1_000, 500..=800, 3..=10],
         16,
         200,
+        None,
         &mut buf,
     )
     .expect("ack fits");
     corpus.put(t, "ack", &buf);
+    let mut ecn = Vec::new();
+    let counts = tern_proto::recovery::EcnCounts {
+        ect0: 900,
+        ect1: 0,
+        ce: 12,
+    };
+    encode_ack(0, 250, [40..=90, 3..=10], 16, 200, Some(&counts), &mut ecn)
+        .expect("ack fits");
+    corpus.put(t, "ack-ecn", &ecn);
     let mut both = buf.clone();
     buf.clear();
     encode_nack(2, [5, 6, 9, 70, 1_000], 16, 200, &mut buf).expect("nack fits");

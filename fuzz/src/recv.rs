@@ -112,7 +112,7 @@ pub fn run(data: &[u8]) {
                 received += d.len();
                 scratch.clear();
                 scratch.extend_from_slice(d);
-                server.handle(now, CLIENT, &mut scratch);
+                server.handle(now, CLIENT, None, &mut scratch);
             }
             Item::Timer => {
                 if let Some(t) = server.poll_timeout() {

@@ -46,9 +46,14 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tern_proto::{ConnectionError, ConnectionHandle, Dir, Endpoint, Event, FlowId, ReadError};
+use tern_proto::{
+    ConnectionError, ConnectionHandle, Dir, EcnCodepoint, Endpoint, Event, FlowId, ReadError,
+};
 
 use crate::recv::MAX_STUCK;
+
+/// How datagrams arrive unless a fate changes it: with the mark both ends send.
+const ECT0: Option<EcnCodepoint> = Some(EcnCodepoint::Ect0);
 use crate::{client_config, drain_transmits, epoch, server_config, CLIENT, CLIENT_REBOUND, SERVER};
 
 /// Number of opcodes.
@@ -94,6 +99,12 @@ pub mod fate {
     pub const REBIND: u8 = 5;
     /// Requeue at the back.
     pub const REORDER: u8 = 6;
+    /// Deliver it marked CE (a congested ECN router).
+    pub const CE: u8 = 7;
+    /// Deliver it with its ECN bits cleared (a bleaching middlebox).
+    pub const BLEACH: u8 = 8;
+    /// How many fates there are.
+    pub const COUNT: u8 = 9;
 }
 
 /// Largest single write, in bytes.
@@ -280,12 +291,14 @@ impl Net {
         });
     }
 
+    /// Delivers to the server. Datagrams travel ECT(0)-marked, as both ends send them, unless
+    /// a fate says otherwise.
     fn send_to_server(&mut self, from: SocketAddr, mut d: Vec<u8>) {
-        self.server.ep.handle(self.now, from, &mut d);
+        self.server.ep.handle(self.now, from, ECT0, &mut d);
     }
 
     fn send_to_client(&mut self, mut d: Vec<u8>) {
-        self.client.ep.handle(self.now, SERVER, &mut d);
+        self.client.ep.handle(self.now, SERVER, ECT0, &mut d);
     }
 
     fn service(&mut self) {
@@ -354,7 +367,8 @@ impl Net {
             return;
         };
         let mut from = self.client_seen_as;
-        match fate % 7 {
+        let mut ecn = ECT0;
+        match fate % fate::COUNT {
             fate::DROP => return,
             fate::DUPLICATE => {
                 if to_client {
@@ -380,12 +394,14 @@ impl Net {
                 queue.push_back(d);
                 return;
             }
+            fate::CE => ecn = Some(EcnCodepoint::Ce),
+            fate::BLEACH => ecn = None,
             _ => {}
         }
         if to_client {
-            self.send_to_client(d);
+            self.client.ep.handle(self.now, SERVER, ecn, &mut d);
         } else {
-            self.send_to_server(from, d);
+            self.server.ep.handle(self.now, from, ecn, &mut d);
         }
     }
 

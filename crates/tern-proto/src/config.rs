@@ -61,6 +61,10 @@ pub struct ConnectionConfig {
     /// this: at 100 Mbit/s that is a fifth of the ACKs, and so of their cost on both hosts.
     /// 2 or less never asks.
     pub max_ack_threshold: u32,
+    /// Mark packets ECT(0) and react to CE marks the peer reports (PROTOCOL.md §11.5). On by
+    /// default: a path that bleaches or drops marked packets is detected and sent unmarked,
+    /// and receiving ECN counts does not depend on this.
+    pub ecn: bool,
     /// Largest UDP payload we send once the handshake is done (IPv6 minimum-safe value on a
     /// 1500-byte Ethernet MTU; PMTU discovery will raise or lower it, DESIGN.md F14).
     pub max_datagram_size: u16,
@@ -90,6 +94,7 @@ impl Default for ConnectionConfig {
             max_ack_delay: Duration::from_millis(10),
             ack_frequency: 2,
             max_ack_threshold: 10,
+            ecn: true,
             max_datagram_size: 1452,
             max_recv_datagram_size: 1500,
             max_pacing_burst: 64,

@@ -23,6 +23,7 @@ use crate::connection::{Connection, Transmit};
 use crate::crypto::{Handshake, PublicKey, ResetKey, RetryTokenKey};
 use crate::error::ConnectError;
 use crate::event::Event;
+use crate::recovery::EcnCodepoint;
 use crate::wire::{self, ConnectionId, TransportParams};
 use crate::Side;
 
@@ -226,20 +227,33 @@ impl Endpoint {
         Ok(handle)
     }
 
-    /// Handles one received datagram. `data` is used as scratch space (decrypted in place).
-    pub fn handle(&mut self, now: Instant, remote: SocketAddr, data: &mut [u8]) {
+    /// Handles one received datagram and the ECN codepoint of its IP header (`None` when
+    /// Not-ECT or unknown). `data` is used as scratch space (decrypted in place).
+    pub fn handle(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        ecn: Option<EcnCodepoint>,
+        data: &mut [u8],
+    ) {
         let Some(&first) = data.first() else {
             self.stats.malformed += 1;
             return;
         };
         if first & 0x80 == 0 {
-            self.handle_short(now, remote, data);
+            self.handle_short(now, remote, ecn, data);
         } else {
             self.handle_long(now, remote, data);
         }
     }
 
-    fn handle_short(&mut self, now: Instant, remote: SocketAddr, data: &mut [u8]) {
+    fn handle_short(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        ecn: Option<EcnCodepoint>,
+        data: &mut [u8],
+    ) {
         let cid_len = wire::DEFAULT_CID_LEN;
         let Some(cid) = data
             .get(1..1 + cid_len)
@@ -251,7 +265,7 @@ impl Endpoint {
         match self.routes.get(&cid) {
             Some(&idx) => {
                 if let Some(conn) = self.connections[idx].as_mut() {
-                    conn.handle_short(now, remote, data);
+                    conn.handle_short(now, remote, ecn, data);
                 }
             }
             None => {
@@ -507,6 +521,7 @@ impl Endpoint {
             return Some(Transmit {
                 destination: s.destination,
                 size: s.data.len(),
+                ecn: None,
             });
         }
         let n = self.connections.len();

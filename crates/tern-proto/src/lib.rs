@@ -41,7 +41,7 @@
 //! let mut buf = Vec::new();
 //! while let Some(t) = client.poll_transmit(now, &mut buf) {
 //!     let mut datagram = buf.split_off(buf.len() - t.size);
-//!     server.handle(now, "127.0.0.1:5000".parse().unwrap(), &mut datagram);
+//!     server.handle(now, "127.0.0.1:5000".parse().unwrap(), None, &mut datagram);
 //! }
 //! let accepted = server.accept().unwrap();
 //! let s = server.connection_mut(accepted).unwrap();
@@ -74,6 +74,7 @@ pub use error::{ConnectError, ConnectionError, OpenError, ReadError, WriteError}
 pub use event::{Event, Violation};
 pub use flow::{Dir, FlowId};
 pub use message::{DatagramError, Message, MessageId, MessageOptions, SendMessageError};
+pub use recovery::{EcnCodepoint, EcnState};
 
 /// Which end of a connection this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

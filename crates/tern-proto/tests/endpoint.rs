@@ -56,7 +56,7 @@ impl Pair {
             while let Some(t) = self.client.poll_transmit(self.now, &mut buf) {
                 let mut d = buf[buf.len() - t.size..].to_vec();
                 self.client_sent.push(d.clone());
-                self.server.handle(self.now, c, &mut d);
+                self.server.handle(self.now, c, None, &mut d);
                 progress = true;
             }
             buf.clear();
@@ -64,7 +64,7 @@ impl Pair {
                 let mut d = buf[buf.len() - t.size..].to_vec();
                 self.server_sent.push(d.clone());
                 if !self.server_blackholed {
-                    self.client.handle(self.now, s, &mut d);
+                    self.client.handle(self.now, s, None, &mut d);
                 }
                 progress = true;
             }
@@ -162,7 +162,7 @@ fn ik_first_flight_carries_data_before_any_round_trip() {
     let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
     assert!(t.size >= 1200, "Initial datagrams are padded");
     pair.server
-        .handle(pair.now, CLIENT.parse().unwrap(), &mut buf[..t.size]);
+        .handle(pair.now, CLIENT.parse().unwrap(), None, &mut buf[..t.size]);
     let s = pair.server.accept().expect("accepted from one datagram");
     let conn = pair.server.connection_mut(s).unwrap();
     let id = conn
@@ -214,7 +214,7 @@ fn replayed_and_tampered_packets_are_dropped_and_counted() {
     // Replay the client's last data packet.
     let last = pair.client_sent.last().unwrap().clone();
     let mut replay = last.clone();
-    pair.server.handle(pair.now, from, &mut replay);
+    pair.server.handle(pair.now, from, None, &mut replay);
     let stats = pair.server.connection(s).unwrap().stats();
     assert_eq!(stats.replays, 1, "{stats:?}");
     // A fresh packet, intercepted: flip one payload bit, then one header bit (the key-phase
@@ -228,14 +228,14 @@ fn replayed_and_tampered_packets_are_dropped_and_counted() {
     let mut tampered = fresh.clone();
     let n = tampered.len();
     tampered[n - 20] ^= 1;
-    pair.server.handle(pair.now, from, &mut tampered);
+    pair.server.handle(pair.now, from, None, &mut tampered);
     let mut header_flip = fresh.clone();
     header_flip[0] ^= 0x04;
-    pair.server.handle(pair.now, from, &mut header_flip);
+    pair.server.handle(pair.now, from, None, &mut header_flip);
     let stats = pair.server.connection(s).unwrap().stats();
     assert_eq!(stats.auth_failures, 2, "{stats:?}");
     let mut original = fresh;
-    pair.server.handle(pair.now, from, &mut original);
+    pair.server.handle(pair.now, from, None, &mut original);
     pair.exchange();
     let events = Pair::events(&mut pair.server);
     assert!(events.contains(&(s, Event::SecurityViolation(Violation::Replay))));
@@ -264,7 +264,7 @@ fn amplification_stays_within_three_times_before_address_proof() {
         let received = t.size;
         let mut d = buf.clone();
         pair.server
-            .handle(pair.now, CLIENT.parse().unwrap(), &mut d);
+            .handle(pair.now, CLIENT.parse().unwrap(), None, &mut d);
         let mut sent = 0;
         let end = pair.now + Duration::from_secs(60);
         loop {

@@ -139,6 +139,13 @@ pub struct LinkConfig {
     /// Largest datagram payload (UDP payload bytes) the link carries; larger ones are dropped
     /// and counted, which is how the protocol's path-MTU discovery is exercised.
     pub mtu: usize,
+    /// ECN marking (a step AQM, DCTCP's `K`): an ECN-capable datagram that finds at least
+    /// this many bytes queued is marked CE instead of waiting for the queue to overflow.
+    /// `None`: the link never marks. Ignored when `rate_bps` is `None`.
+    pub ecn_mark_bytes: Option<usize>,
+    /// A middlebox that rewrites every datagram's ECN bits to this value: `0` bleaches them
+    /// (Not-ECT), `0b01` turns ECT(0) into ECT(1). Applied before marking.
+    pub ecn_rewrite: Option<u8>,
 }
 
 impl Default for LinkConfig {
@@ -172,6 +179,8 @@ impl LinkConfig {
             corrupt: 0.0,
             queue_limit_bytes: usize::MAX,
             mtu: 65_535,
+            ecn_mark_bytes: None,
+            ecn_rewrite: None,
         }
     }
 
@@ -307,6 +316,21 @@ impl LinkConfig {
         self
     }
 
+    /// Marks ECN-capable datagrams CE once `threshold_bytes` are queued (see
+    /// [`LinkConfig::ecn_mark_bytes`]).
+    #[must_use]
+    pub fn with_ecn_marking(mut self, threshold_bytes: usize) -> Self {
+        self.ecn_mark_bytes = Some(threshold_bytes);
+        self
+    }
+
+    /// Rewrites every datagram's ECN bits to `bits` (see [`LinkConfig::ecn_rewrite`]).
+    #[must_use]
+    pub fn with_ecn_rewrite(mut self, bits: u8) -> Self {
+        self.ecn_rewrite = Some(bits & 0b11);
+        self
+    }
+
     /// Sets the MTU (largest datagram payload carried).
     #[must_use]
     pub fn with_mtu(mut self, mtu: usize) -> Self {
@@ -365,6 +389,8 @@ pub struct LinkStats {
     pub corrupted: u64,
     /// Payload bytes handed on for delivery, duplicates included.
     pub bytes: u64,
+    /// Datagrams marked CE by the link's AQM.
+    pub ce_marked: u64,
 }
 
 impl LinkStats {
@@ -378,7 +404,7 @@ impl fmt::Display for LinkStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "sent {} delivered {} ({} B) dropped queue/loss/mtu/down {}/{}/{}/{} dup {} corrupt {}",
+            "sent {} delivered {} ({} B) dropped queue/loss/mtu/down {}/{}/{}/{} dup {} corrupt {} ce {}",
             self.sent,
             self.delivered,
             self.bytes,
@@ -387,7 +413,8 @@ impl fmt::Display for LinkStats {
             self.dropped_mtu,
             self.dropped_down,
             self.duplicated,
-            self.corrupted
+            self.corrupted,
+            self.ce_marked
         )
     }
 }
@@ -579,12 +606,20 @@ impl Link {
         if size > self.config.mtu {
             return self.drop(DropReason::Mtu);
         }
+        if let Some(bits) = self.config.ecn_rewrite {
+            dgram.ecn = bits;
+        }
         let departure = match self.config.rate_bps {
             None => now,
             Some(0) => return self.drop(DropReason::Queue),
             Some(rate) => {
                 if self.backlog_bytes.saturating_add(size) > self.config.queue_limit_bytes {
                     return self.drop(DropReason::Queue);
+                }
+                let ect = dgram.ecn == 0b10 || dgram.ecn == 0b01;
+                if ect && self.config.ecn_mark_bytes.is_some_and(|k| self.backlog_bytes >= k) {
+                    dgram.ecn = 0b11;
+                    self.stats.ce_marked += 1;
                 }
                 let (start, continuing) = match self.busy_until {
                     Some(busy) if busy >= now => (busy, true),
@@ -673,6 +708,39 @@ mod tests {
             src: SocketAddr::from((Ipv4Addr::new(10, 0, 0, 1), 1)),
             dst: SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 2)),
             data,
+            ecn: 0,
+        }
+    }
+
+    #[test]
+    fn ecn_capable_datagrams_are_marked_once_the_queue_passes_the_threshold() {
+        let epoch = origin();
+        // 8 Mbit/s: a 1000-byte datagram takes 1 ms; mark from 2500 queued bytes.
+        let cfg = LinkConfig::new(8_000_000, Duration::from_millis(5))
+            .with_queue_limit(100_000)
+            .with_ecn_marking(2_500);
+        let mut link = Link::new(cfg, 1, epoch);
+        let mut got = Vec::new();
+        for seq in 0..6 {
+            let ecn = if seq == 4 { 0 } else { 0b10 };
+            link.process(dgram(seq, 1000).with_ecn(ecn), epoch, |_, d| {
+                got.push(d.ecn)
+            });
+        }
+        // Queued before each: 0, 1000, 2000, 3000, 4000 (not ECT: never marked), 5000.
+        assert_eq!(got, vec![0b10, 0b10, 0b10, 0b11, 0, 0b11]);
+        assert_eq!(link.stats().ce_marked, 2);
+        assert_eq!(link.stats().dropped(), 0, "marking replaces dropping, not adds to it");
+    }
+
+    #[test]
+    fn an_ecn_rewriting_middlebox_bleaches_or_mangles_every_datagram() {
+        let epoch = origin();
+        for (bits, want) in [(0u8, 0u8), (0b01, 0b01)] {
+            let mut link = Link::new(LinkConfig::ideal().with_ecn_rewrite(bits), 1, epoch);
+            let mut got = None;
+            link.process(dgram(0, 100).with_ecn(0b10), epoch, |_, d| got = Some(d.ecn));
+            assert_eq!(got, Some(want));
         }
     }
 
@@ -1024,6 +1092,8 @@ mod tests {
                     corrupt,
                     queue_limit_bytes: limit,
                     mtu: 1_500,
+                    ecn_mark_bytes: None,
+                    ecn_rewrite: None,
                 };
                 let mut link = Link::new(cfg, seed, epoch);
                 link.set_queue_trace(true);

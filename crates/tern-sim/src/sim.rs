@@ -46,12 +46,26 @@ pub struct Datagram {
     pub dst: SocketAddr,
     /// UDP payload.
     pub data: Vec<u8>,
+    /// The ECN bits of the IP header (`0b00` Not-ECT, `0b10` ECT(0), `0b01` ECT(1), `0b11`
+    /// CE). Links may mark or rewrite them.
+    pub ecn: u8,
 }
 
 impl Datagram {
-    /// A datagram from `src` to `dst` carrying `data`.
+    /// A datagram from `src` to `dst` carrying `data`, not ECN-capable.
     pub fn new(src: SocketAddr, dst: SocketAddr, data: Vec<u8>) -> Self {
-        Self { src, dst, data }
+        Self {
+            src,
+            dst,
+            data,
+            ecn: 0,
+        }
+    }
+
+    /// The same with the given ECN bits.
+    pub fn with_ecn(mut self, ecn: u8) -> Self {
+        self.ecn = ecn & 0b11;
+        self
     }
 }
 

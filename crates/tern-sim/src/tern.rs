@@ -145,7 +145,8 @@ impl<A: App> TernNode<A> {
 
 impl<A: App> Node for TernNode<A> {
     fn handle(&mut self, now: Instant, mut dgram: Datagram) {
-        self.endpoint.handle(now, dgram.src, &mut dgram.data);
+        let ecn = tern_proto::EcnCodepoint::from_bits(dgram.ecn);
+        self.endpoint.handle(now, dgram.src, ecn, &mut dgram.data);
         // Keep the buffer for a datagram this node sends: no allocation per packet.
         if self.pool.len() < 64 {
             self.pool.push(dgram.data);
@@ -168,6 +169,7 @@ impl<A: App> Node for TernNode<A> {
             src: self.addr,
             dst: t.destination,
             data,
+            ecn: t.ecn.map_or(0, |e| e.bits()),
         })
     }
 

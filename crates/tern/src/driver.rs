@@ -15,6 +15,11 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::runtime::{self, Socket, MAX_GSO_BYTES, RECV_BATCH};
 
+/// Datagrams the driver takes from the socket before it runs timers and sends: a receiver
+/// acknowledges within a burst instead of after it (which would delay the sender's clock by
+/// the whole burst), and a flood cannot starve existing connections' ACKs and timers.
+const RECV_BUDGET: usize = 256;
+
 /// A callback run by the driver on every connection event (the up-call style, F8). It runs
 /// on the driver task with the endpoint unlocked: it must be quick and must not block.
 pub type Upcall = Arc<dyn Fn(ConnectionId, &Event) + Send + Sync>;
@@ -207,9 +212,11 @@ impl Shared {
     }
 }
 
-/// A batch of datagrams for one destination, all `segment` bytes but the last.
+/// A batch of datagrams for one destination and ECN codepoint, all `segment` bytes but the
+/// last.
 struct Batch {
     destination: SocketAddr,
+    ecn: Option<tern_proto::EcnCodepoint>,
     data: Vec<u8>,
     segment: usize,
     count: usize,
@@ -223,8 +230,9 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
     let mut spare: Vec<Vec<u8>> = Vec::new();
     let mut events: Vec<(ConnectionHandle, Event)> = Vec::new();
     loop {
-        // 1. Receive everything that is ready.
-        loop {
+        // 1. Receive what is ready, up to the budget.
+        let mut received = 0;
+        while received < RECV_BUDGET {
             let mut bufs: Vec<IoSliceMut<'_>> =
                 storage.chunks_mut(64 * 1024).map(IoSliceMut::new).collect();
             let n = match socket.try_recv(&mut bufs, &mut metas) {
@@ -242,11 +250,15 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
             let mut inner = shared.lock();
             for (meta, buf) in metas.iter().zip(bufs.iter_mut()).take(n) {
                 let stride = meta.stride.max(1);
+                let ecn = runtime::ecn_of(meta);
                 for datagram in buf[..meta.len].chunks_mut(stride) {
-                    inner.proto.handle(now, meta.addr, datagram);
+                    inner.proto.handle(now, meta.addr, ecn, datagram);
+                    received += 1;
                 }
             }
         }
+        // The budget ran out: more may be waiting, so do not sleep below.
+        let more_to_read = received >= RECV_BUDGET;
 
         // 2. Timers, transmits and events, under the lock.
         let timeout = {
@@ -280,14 +292,17 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
         // 3. Send outside the lock.
         for batch in batches.drain(..) {
             let segment = (batch.count > 1).then_some(batch.segment);
-            if let Err(e) = socket.send(batch.destination, &batch.data, segment).await {
+            let sent = socket
+                .send(batch.destination, batch.ecn, &batch.data, segment)
+                .await;
+            if let Err(e) = sent {
                 tracing::debug!(dest = %batch.destination, "send error: {e}");
             }
             spare.push(batch.data);
         }
         // 4. Wait for a datagram, a timer or a command; a batch just sent may have left more
         //    to send, so only wait if the core is idle now.
-        let more_now = timeout.is_some_and(|t| t <= runtime::now());
+        let more_now = more_to_read || timeout.is_some_and(|t| t <= runtime::now());
         if more_now {
             continue;
         }
@@ -336,6 +351,7 @@ fn collect_transmits(
         };
         let fits = batches.last().is_some_and(|b| {
             b.destination == t.destination
+                && b.ecn == t.ecn
                 && b.count < max_segments
                 && t.size <= b.segment
                 && b.data.len() % b.segment == 0
@@ -352,6 +368,7 @@ fn collect_transmits(
             data.extend_from_slice(&scratch[..t.size]);
             batches.push(Batch {
                 destination: t.destination,
+                ecn: t.ecn,
                 data,
                 segment: t.size,
                 count: 1,

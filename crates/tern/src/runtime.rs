@@ -7,7 +7,8 @@ use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use quinn_udp::{RecvMeta, Transmit, UdpSockRef, UdpSocketState};
+use quinn_udp::{EcnCodepoint as UdpEcn, RecvMeta, Transmit, UdpSockRef, UdpSocketState};
+use tern_proto::EcnCodepoint;
 use tokio::io::Interest;
 
 /// The current time.
@@ -21,6 +22,23 @@ pub(crate) const MAX_GSO_BYTES: usize = 65_000;
 
 /// Datagrams received in one system call (with GRO, each may hold several).
 pub(crate) const RECV_BATCH: usize = 32;
+
+/// The ECN codepoint quinn-udp read from a datagram's IP header, in the core's terms.
+pub(crate) fn ecn_of(meta: &RecvMeta) -> Option<EcnCodepoint> {
+    meta.ecn.map(|e| match e {
+        UdpEcn::Ect0 => EcnCodepoint::Ect0,
+        UdpEcn::Ect1 => EcnCodepoint::Ect1,
+        UdpEcn::Ce => EcnCodepoint::Ce,
+    })
+}
+
+fn udp_ecn(ecn: EcnCodepoint) -> UdpEcn {
+    match ecn {
+        EcnCodepoint::Ect0 => UdpEcn::Ect0,
+        EcnCodepoint::Ect1 => UdpEcn::Ect1,
+        EcnCodepoint::Ce => UdpEcn::Ce,
+    }
+}
 
 /// A UDP socket driven through quinn-udp: GSO, GRO and batched receives where the kernel has
 /// them, plain sendmsg/recvmsg where it does not.
@@ -65,16 +83,17 @@ impl Socket {
     }
 
     /// Sends one datagram or a GSO batch of equal-sized segments (the last may be shorter),
-    /// waiting for the socket to be writable.
+    /// all with the same ECN codepoint, waiting for the socket to be writable.
     pub(crate) async fn send(
         &self,
         destination: SocketAddr,
+        ecn: Option<EcnCodepoint>,
         contents: &[u8],
         segment_size: Option<usize>,
     ) -> io::Result<()> {
         let transmit = Transmit {
             destination,
-            ecn: None,
+            ecn: ecn.map(udp_ecn),
             contents,
             segment_size,
             src_ip: None,

@@ -281,6 +281,8 @@ enum Signal {
     LossRatio,
     /// RFC 9002 §7.6 persistent congestion.
     Persistent,
+    /// The peer reported CE marks (ECN).
+    Ecn,
 }
 
 /// State saved before a reduction, restored if it turns out spurious (RFC 9438 §4.9).
@@ -607,6 +609,27 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
             self.undo = None;
             self.adjustment.on_persistent_congestion();
             self.persistent_congestion_events = self.persistent_congestion_events.saturating_add(1);
+        }
+    }
+
+    //= https://www.rfc-editor.org/rfc/rfc9002#section-7.1
+    //# If a path has been validated to support Explicit Congestion
+    //# Notification (ECN) [RFC3168] [RFC8311], QUIC treats a Congestion
+    //# Experienced (CE) codepoint in the IP header as a signal of
+    //# congestion.
+    // Unlike a loss, a CE mark is never random and never spurious: the tolerance does not
+    // apply and the reduction cannot be undone.
+    fn on_ecn_ce(
+        &mut self,
+        now: Instant,
+        largest_acked_sent: Instant,
+        newly_ce: u64,
+        rtt: &RttEstimator,
+    ) {
+        let _ = (newly_ce, rtt);
+        if !self.in_recovery(largest_acked_sent) {
+            self.reduce(now, Signal::Ecn);
+            self.undo = None;
         }
     }
 

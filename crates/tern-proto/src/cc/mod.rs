@@ -21,7 +21,8 @@
 //!    time of the newest one; the controller decides whether this is a congestion signal.
 //! 5. [`Controller::on_spurious_congestion_event`] when the packets whose loss caused the most
 //!    recent reduction turn out to have been delivered.
-//! 6. [`Controller::on_mtu_update`] when the path's maximum datagram size changes.
+//! 6. [`Controller::on_ecn_ce`] when the peer reports CE marks on a path whose ECN works.
+//! 7. [`Controller::on_mtu_update`] when the path's maximum datagram size changes.
 //!
 //! # What is here
 //!
@@ -37,8 +38,8 @@
 //! - [`Pacer`]: a token bucket that spreads a window's worth of packets over a round trip.
 //! - `testing` (with `cfg(test)` or the `testing` feature): `Unlimited` and `Mock` controllers.
 //!
-//! Not here yet: BBR, DAIMD, delay-gradient and explicit-rate controllers, ECN reactions,
-//! HyStart++ and packet-pair fast start (F11).
+//! Not here yet: BBR, DAIMD, delay-gradient and explicit-rate controllers, HyStart++ and
+//! packet-pair fast start (F11).
 //!
 //! [`RttEstimator`]: crate::recovery::rtt::RttEstimator
 
@@ -166,6 +167,22 @@ pub trait Controller: Send + fmt::Debug {
     /// A packet counted lost earlier was later acknowledged (spurious loss): controllers may undo
     /// the reduction it caused.
     fn on_spurious_congestion_event(&mut self) {}
+
+    /// The peer reported `newly_ce` more of our packets CE-marked (ECN, on a path whose marks
+    /// were validated): explicit congestion, never random loss and never spurious.
+    /// `largest_acked_sent` is the send time of the newest packet the reporting ACK
+    /// acknowledged (one response per round trip, as for loss). By default it is treated as
+    /// a loss of nothing.
+    fn on_ecn_ce(
+        &mut self,
+        now: Instant,
+        largest_acked_sent: Instant,
+        newly_ce: u64,
+        rtt: &RttEstimator,
+    ) {
+        let _ = newly_ce;
+        self.on_congestion_event(now, largest_acked_sent, 0, false, rtt);
+    }
 
     /// The path's maximum datagram size changed.
     fn on_mtu_update(&mut self, max_datagram_size: u16) {

@@ -261,6 +261,11 @@ impl Connection {
                 .unwrap_or_else(|| crate::cc::Pacer::default_rate(p.cc.window(), p.rtt.smoothed()));
         s.congestion_events = m.congestion_events;
         s.non_congestive_losses = m.non_congestive_losses;
+        s.congestion_events_undone = m.undone_congestion_events;
+        s.reorder_threshold = p.sent.reorder.packet_threshold;
+        s.reorder_window = p.sent.reorder.window;
+        s.ecn = p.ecn.state;
+        s.ecn_ce_reported = p.ecn.ce_reported;
         s.ack_threshold = p.acks.threshold(self.config.ack_frequency);
         s.ack_threshold_requested = p.ack_request.threshold;
         s

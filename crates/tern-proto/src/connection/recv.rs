@@ -7,7 +7,8 @@ use super::{Connection, State};
 use crate::error::ConnectionError;
 use crate::event::{Event, Violation};
 use crate::flow::{Dir, FlowError, FlowSet, RecvError};
-use crate::recovery::Outcome;
+use crate::recovery::ecn::EcnVerdict;
+use crate::recovery::{EcnCodepoint, Outcome};
 use crate::wire::{self, Frame, TransportErrorCode};
 use crate::Side;
 
@@ -15,8 +16,15 @@ use crate::Side;
 pub(crate) type FrameError = (TransportErrorCode, &'static str);
 
 impl Connection {
-    /// A short-header datagram arrived for this connection. `data` is decrypted in place.
-    pub(crate) fn handle_short(&mut self, now: Instant, remote: SocketAddr, data: &mut [u8]) {
+    /// A short-header datagram arrived for this connection, with the ECN codepoint of its IP
+    /// header. `data` is decrypted in place.
+    pub(crate) fn handle_short(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        ecn: Option<EcnCodepoint>,
+        data: &mut [u8],
+    ) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += data.len() as u64;
         self.paths[0].bytes_received += data.len() as u64;
@@ -109,7 +117,26 @@ impl Connection {
         };
         let acks = &mut self.paths[0].acks;
         let freq = acks.threshold(self.config.ack_frequency);
-        acks.on_packet(now, pn, ack_eliciting, freq, self.config.max_ack_delay);
+        acks.on_packet(now, pn, ack_eliciting, ecn, freq, self.config.max_ack_delay);
+        if ecn == Some(EcnCodepoint::Ce) {
+            self.stats.ecn_ce_received += 1;
+        }
+    }
+
+    /// Packets declared lost were acknowledged after all: free what they carried (a resend
+    /// still queued is cancelled), count them, and undo the congestion response if every
+    /// loss behind it was spurious.
+    fn on_spurious(&mut self, out: &mut Outcome) {
+        if out.spurious.is_empty() {
+            return;
+        }
+        self.stats.spurious_losses += out.spurious.len() as u64;
+        for lost in std::mem::take(&mut out.spurious) {
+            self.on_acked_frames(&lost.frames);
+        }
+        if out.undo {
+            self.paths[0].cc.on_spurious_congestion_event();
+        }
     }
 
     fn payload_has_close(&self, payload: &[u8]) -> bool {
@@ -169,6 +196,13 @@ impl Connection {
                     )
                     .map_err(|r| (TransportErrorCode::PROTOCOL_VIOLATION, r))?;
                 path.sent.detect_lost(now, &path.rtt, &mut out);
+                let marked = out.acked.iter().filter(|(_, p)| p.ecn).count() as u64;
+                if let EcnVerdict::Congestion(ce) = path.ecn.on_ack(marked, ack.ecn) {
+                    if let Some(sent) = out.acked.iter().map(|(_, p)| p.time).max() {
+                        path.cc.on_ecn_ce(now, sent, ce, &path.rtt);
+                    }
+                }
+                self.on_spurious(&mut out);
                 self.on_acked(now, 0, out.acked);
                 self.on_lost(now, 0, out.lost);
             }

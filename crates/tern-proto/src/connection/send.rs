@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::{Connection, State};
 use crate::crypto::TAG_LEN;
 use crate::event::Event;
-use crate::recovery::{SentFrame, SentPacket};
+use crate::recovery::{EcnCodepoint, SentFrame, SentPacket};
 use crate::wire::{self, Frame};
 
 /// A datagram ready to send: its bytes are in the caller's buffer.
@@ -17,6 +17,8 @@ pub struct Transmit {
     pub destination: SocketAddr,
     /// Bytes written to the buffer.
     pub size: usize,
+    /// ECN codepoint for the IP header (`None`: Not-ECT).
+    pub ecn: Option<EcnCodepoint>,
 }
 
 /// Flow frame overhead: type, flow ID, offset and length varints.
@@ -32,7 +34,7 @@ impl Connection {
             return None;
         }
         if let Some(size) = self.poll_flight(now, buf) {
-            return Some(self.sent_datagram(size));
+            return Some(self.sent_datagram(size, None));
         }
         self.keys.as_ref()?;
         match self.state {
@@ -46,29 +48,36 @@ impl Connection {
                         self.close_resend_at = Some(now + self.pto());
                     }
                 }
-                let size = self.build_packet(now, buf, true)?;
+                let (size, ecn) = self.build_packet(now, buf, true)?;
                 debug_assert_eq!(buf.len() - start, size);
-                return Some(self.sent_datagram(size));
+                return Some(self.sent_datagram(size, ecn));
             }
             State::Handshake(_) | State::Drained => return None,
             State::Established => {}
         }
-        let size = self.build_packet(now, buf, false)?;
-        Some(self.sent_datagram(size))
+        let (size, ecn) = self.build_packet(now, buf, false)?;
+        Some(self.sent_datagram(size, ecn))
     }
 
-    fn sent_datagram(&mut self, size: usize) -> Transmit {
+    fn sent_datagram(&mut self, size: usize, ecn: Option<EcnCodepoint>) -> Transmit {
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += size as u64;
         self.paths[0].bytes_sent += size as u64;
         Transmit {
             destination: self.paths[0].remote,
             size,
+            ecn,
         }
     }
 
     /// Builds one protected short-header packet; `close_only` sends just the Close frame.
-    fn build_packet(&mut self, now: Instant, buf: &mut Vec<u8>, close_only: bool) -> Option<usize> {
+    /// Returns its size and the ECN codepoint it leaves with.
+    fn build_packet(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        close_only: bool,
+    ) -> Option<(usize, Option<EcnCodepoint>)> {
         let mtu = usize::from(self.paths[0].mtu);
         let budget = self.paths[0].amplification_budget();
         if (budget as usize) < mtu.min(super::MIN_PACKET_BUDGET as usize) {
@@ -128,7 +137,9 @@ impl Connection {
             }
         } else {
             if wants_ack || data_allowed {
-                self.write_ack(now, buf, max_payload);
+                if let Some((floor, largest)) = self.write_ack(now, buf, max_payload) {
+                    frames.push(SentFrame::Ack { floor, largest });
+                }
             }
             if data_allowed {
                 let limit = payload_start + max_payload;
@@ -152,6 +163,13 @@ impl Connection {
                     Frame::AckRequest.encode(buf);
                 }
             }
+        }
+        let carries_ack = frames.iter().any(|f| matches!(f, SentFrame::Ack { .. }));
+        if carries_ack && !ack_eliciting && self.wants_ack_of_ack(now) {
+            // An ACK-only packet is never acknowledged, so a receiver that only receives
+            // would repeat its old gaps forever: once per RTT, ask for an acknowledgement.
+            Frame::Ping.encode(buf);
+            ack_eliciting = true;
         }
         let app_limited = !self.has_sendable_data();
         if data_allowed
@@ -186,6 +204,8 @@ impl Connection {
             self.stats.ack_only_sent += 1;
         }
         let path = &mut self.paths[0];
+        let ecn = path.ecn.mark();
+        path.ecn.on_sent(ecn);
         let in_flight = ack_eliciting;
         if in_flight {
             path.pacer.on_sent(size as u64);
@@ -200,37 +220,59 @@ impl Connection {
                 ack_eliciting,
                 in_flight,
                 app_limited,
+                ecn: ecn.is_some(),
                 frames,
             },
         );
-        Some(size)
+        Some((size, ecn))
     }
 
-    fn write_ack(&mut self, now: Instant, buf: &mut Vec<u8>, max_payload: usize) {
+    /// Whether an ACK-only packet should carry a Ping: our ACKs repeat gaps the peer may
+    /// already know of, and nothing ack-eliciting went out for a round trip.
+    fn wants_ack_of_ack(&self, now: Instant) -> bool {
+        let path = &self.paths[0];
+        path.acks.received.len() > 1
+            && path.sent.time_of_last_ack_eliciting.is_none_or(|t| {
+                now.saturating_duration_since(t) >= path.rtt.smoothed()
+            })
+    }
+
+    /// Writes the path's ACK (and NACK). Returns the numbers the ACK described completely,
+    /// `(floor, largest)`: once the peer acknowledges this packet, it knows of them.
+    fn write_ack(&mut self, now: Instant, buf: &mut Vec<u8>, max_payload: usize) -> Option<(u64, u64)> {
         let acks = &mut self.paths[0].acks;
-        let Some((largest, received_at)) = acks.largest else {
-            return;
-        };
+        let (_, received_at) = acks.largest?;
         if !acks.dirty && acks.nack.is_empty() {
-            return;
+            return None;
         }
         let delay = now.saturating_duration_since(received_at);
         let budget = max_payload / 2;
-        let _ = largest;
-        wire::encode_ack(
+        let ecn = acks.ecn.any().then_some(acks.ecn);
+        let plan = wire::encode_ack(
             0,
             delay.as_micros() as u64,
             acks.reported(),
             crate::recovery::MAX_ACK_RANGES,
             budget,
+            ecn.as_ref(),
             buf,
         );
+        let described = plan.and_then(|plan| {
+            let largest = *acks.reported().next()?.end();
+            let floor = if plan.ranges >= acks.received.len() {
+                0
+            } else {
+                *acks.reported().nth(plan.ranges - 1)?.start()
+            };
+            Some((floor, largest))
+        });
         if !acks.nack.is_empty() {
             let nack = &acks.nack;
             wire::encode_nack(0, nack.iter().copied(), nack.len(), budget / 2, buf);
             self.stats.nacks_sent += 1;
         }
         acks.on_ack_sent();
+        described
     }
 
     /// Control frames (credit, flow resets, handshake done, path responses). Returns whether
@@ -529,6 +571,8 @@ impl Connection {
                 self.flows.reap(id);
             } else if let SentFrame::Message { id, offset, len } = *f {
                 self.messages_out.on_acked(id, offset, u64::from(len));
+            } else if let SentFrame::Ack { floor, largest } = *f {
+                self.paths[0].acks.on_ack_acknowledged(floor, largest);
             }
         }
     }
@@ -552,6 +596,7 @@ impl Connection {
             self.requeue(&p.frames, false);
         }
         let path = &mut self.paths[path_id];
+        let mut reduced = false;
         if let Some(newest) = newest {
             //= RFC 9002 §7.6.1: persistent congestion when the lost packets span more than
             //# (smoothed_rtt + max(4*rttvar, kGranularity) + max_ack_delay) *
@@ -561,9 +606,14 @@ impl Connection {
                 .map(|(l, f)| l.saturating_duration_since(f))
                 .unwrap_or_default();
             let persistent = path.rtt.has_sample() && span > path.rtt.pto_base() * 3;
+            let before = path.cc.metrics().congestion_events;
             path.cc
                 .on_congestion_event(now, newest, lost_bytes, persistent, &path.rtt);
+            reduced = path.cc.metrics().congestion_events != before;
         }
+        path.ecn
+            .on_lost(lost.iter().filter(|(_, p)| p.ecn).count() as u64);
+        path.sent.record_losses(now, &lost, reduced, &path.rtt);
     }
 
     /// Puts what lost (or probed) packets carried back in the send queues.
@@ -622,6 +672,8 @@ impl Connection {
                 }
                 SentFrame::WindowState => self.window.update_pending = true,
                 SentFrame::AckFrequency => self.paths[0].ack_request.pending = true,
+                // The ACK state is current at every send; nothing to resend.
+                SentFrame::Ack { .. } => {}
             }
         }
         let _ = probe;

@@ -14,8 +14,26 @@ pub struct ConnectionStats {
     pub datagrams_received: u64,
     /// See `datagrams_received`.
     pub bytes_received: u64,
-    /// Packets declared lost.
+    /// Packets declared lost (spurious ones included: see `spurious_losses`).
     pub packets_lost: u64,
+    /// Packets declared lost that the peer acknowledged afterwards: they were only late
+    /// (reordering, a delay spike). Each one widened the reordering allowance.
+    pub spurious_losses: u64,
+    /// Congestion responses undone because every loss behind them turned out spurious.
+    pub congestion_events_undone: u64,
+    /// Packets acknowledged after `reorder_threshold` - 1 later ones had been: how many later
+    /// packets a packet must trail before it counts as lost on the primary path (3 until
+    /// reordering is seen, RFC 9002 §6.1.1).
+    pub reorder_threshold: u64,
+    /// Extra time a packet may be late beyond the RTT before it counts as lost (RFC 8985's
+    /// reordering window), on the primary path.
+    pub reorder_window: Duration,
+    /// ECN on the primary path: whether our ECT(0) marks survive it (RFC 9000 §13.4.2).
+    pub ecn: crate::recovery::EcnState,
+    /// Packets of ours the peer reported CE-marked (explicit congestion signals received).
+    pub ecn_ce_reported: u64,
+    /// Packets we received CE-marked (reported back to the peer in ACK_ECN frames).
+    pub ecn_ce_received: u64,
     /// Flow and message bytes resent.
     pub bytes_retransmitted: u64,
     /// Message bytes sent a second time on purpose (redundant messages).

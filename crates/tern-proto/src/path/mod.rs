@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use crate::cc::{Controller, ControllerFactory, Pacer, PathInfo};
 use crate::crypto::ReplayWindow;
+use crate::recovery::ecn::EcnSender;
 use crate::recovery::{AckTracker, RttEstimator, SentPackets};
 
 /// Sending and receiving state of one path.
@@ -29,6 +30,8 @@ pub(crate) struct Path {
     pub(crate) pacing_until: Option<Instant>,
     /// What we asked the peer about acknowledging this path's packets (AckFrequency).
     pub(crate) ack_request: AckThresholdRequest,
+    /// Whether our ECN marks survive this path.
+    pub(crate) ecn: EcnSender,
 }
 
 /// The sender's side of AckFrequency (PROTOCOL.md §11.1): the threshold it last asked for.
@@ -125,6 +128,11 @@ impl Path {
             bytes_sent: 0,
             pacing_until: None,
             ack_request: AckThresholdRequest::default(),
+            ecn: if config.ecn {
+                EcnSender::default()
+            } else {
+                EcnSender::disabled()
+            },
         }
     }
 

@@ -1,13 +1,24 @@
 //! Loss recovery (DESIGN.md F9, docs/PROTOCOL.md §11): per-path packet numbers, ACK ranges,
 //! immediate NACKs, time- and packet-threshold loss detection and probe timeouts, in the
-//! manner of RFC 9002 plus UDT's loss lists.
+//! manner of RFC 9002 plus UDT's loss lists; a reordering allowance that adapts to what the
+//! path does (RFC 8985's RACK), spurious-loss detection, and ECN (`ecn`).
+//!
+//! A packet is declared lost only on evidence: later packets were acknowledged and it is
+//! later than the path's reordering allows, in packets (`ReorderAllowance::packet_threshold`)
+//! or in time (`ReorderAllowance::window` beyond the RTT). A NACK is a verdict only until
+//! the path has been seen to reorder; after that it is a hint the thresholds confirm. Lost
+//! packets are remembered for a few round trips: an acknowledgement that arrives for one
+//! after all marks the loss spurious, widens the allowance, and undoes the congestion
+//! response once every loss behind it proves spurious.
 
+pub mod ecn;
 mod ranges;
 pub mod rtt;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+pub use ecn::{EcnCodepoint, EcnCounts, EcnState};
 pub use ranges::RangeSet;
 pub use rtt::RttEstimator;
 
@@ -43,6 +54,9 @@ pub(crate) enum SentFrame {
     WindowState,
     /// An AckFrequency (the current request is resent if lost).
     AckFrequency,
+    /// An ACK that described everything received in `floor..=largest`: once the peer has it
+    /// (this packet is acknowledged), those numbers need never be reported again.
+    Ack { floor: u64, largest: u64 },
 }
 
 /// One packet in flight.
@@ -55,6 +69,8 @@ pub(crate) struct SentPacket {
     pub(crate) in_flight: bool,
     /// Nothing else was waiting to be sent: the window was not the limit.
     pub(crate) app_limited: bool,
+    /// Left marked ECT(0).
+    pub(crate) ecn: bool,
     /// Most packets carry one or two retransmittable frames: kept inline, no allocation.
     pub(crate) frames: SentFrames,
 }
@@ -77,13 +93,128 @@ pub(crate) struct SentPackets {
     /// When the last probe timeout fired: the next one counts from here even if no probe
     /// could be sent (e.g. held back by the anti-amplification limit).
     pub(crate) last_pto: Option<Instant>,
+    /// How late a packet may be before it counts as lost.
+    pub(crate) reorder: ReorderAllowance,
+    /// Packets declared lost, kept a few round trips to recognise a late acknowledgement.
+    declared_lost: BTreeMap<u64, LostPacket>,
+    /// The losses behind the controller's latest reduction, while it can still be undone.
+    episode: Option<LossEpisode>,
+    /// Numbers the loss episodes (a record names the one it belongs to).
+    next_episode: u64,
 }
+
+/// A packet declared lost, remembered so that its late acknowledgement is recognised.
+#[derive(Debug, Clone)]
+pub(crate) struct LostPacket {
+    pub(crate) sent: Instant,
+    /// What it carried: a late acknowledgement still frees it (and cancels a resend that has
+    /// not left yet).
+    pub(crate) frames: SentFrames,
+    /// The loss episode it belongs to, if it counted toward one.
+    episode: Option<u64>,
+}
+
+/// Losses that led to one congestion response, and how many of them are not yet known to be
+/// spurious. At zero, the response is undone.
+#[derive(Debug, Clone, Copy)]
+struct LossEpisode {
+    id: u64,
+    outstanding: u64,
+}
+
+/// At most this many lost packets are remembered per path; the oldest go first.
+const MAX_DECLARED_LOST: usize = 4096;
+
+/// How much reordering the path has shown: the packet and time thresholds of loss detection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReorderAllowance {
+    /// A packet is lost once a packet this many numbers after it was acknowledged.
+    pub(crate) packet_threshold: u64,
+    /// A packet is lost once it is this much later than the RTT (in addition to RFC 9002's
+    /// 1/8 RTT) behind an acknowledged later packet.
+    pub(crate) window: Duration,
+    /// When reordering was last observed (the allowance shrinks after a quiet spell).
+    last_seen: Option<Instant>,
+}
+
+impl Default for ReorderAllowance {
+    fn default() -> Self {
+        Self {
+            packet_threshold: PACKET_THRESHOLD,
+            window: Duration::ZERO,
+            last_seen: None,
+        }
+    }
+}
+
+/// The largest packet threshold reordering can raise (beyond it, time decides alone).
+pub(crate) const MAX_PACKET_THRESHOLD: u64 = 1 << 16;
+/// Round trips without reordering after which the allowance halves.
+const REORDER_QUIET_RTTS: u32 = 16;
+
+impl ReorderAllowance {
+    /// Whether this path has been seen to reorder (then a NACK alone convicts no packet).
+    pub(crate) fn seen(&self) -> bool {
+        self.last_seen.is_some()
+    }
+
+    /// A packet was acknowledged `distance` numbers below the largest acknowledged before it,
+    /// `late` after the round trip the path normally takes: it was overtaken. Grow the
+    /// allowance to let such a packet through next time, with a quarter to spare (RFC 8985
+    /// grows its window in steps of min_rtt/4 for the same purpose).
+    fn observe(&mut self, now: Instant, distance: u64, late: Duration, rtt: &RttEstimator) {
+        self.packet_threshold = self
+            .packet_threshold
+            .max(distance.saturating_add(1))
+            .min(MAX_PACKET_THRESHOLD);
+        let cap = rtt.smoothed().saturating_mul(4).max(MIN_REORDER_WINDOW_CAP);
+        self.window = self.window.max(late.saturating_add(late / 4)).min(cap);
+        self.last_seen = Some(now);
+    }
+
+    /// Halves the allowance after a long spell without reordering, back to RFC 9002's
+    /// defaults: a path that reordered once during a handover is not penalised forever.
+    fn decay(&mut self, now: Instant, rtt: &RttEstimator) {
+        let Some(seen) = self.last_seen else {
+            return;
+        };
+        let quiet = rtt.smoothed().saturating_mul(REORDER_QUIET_RTTS).max(MIN_QUIET);
+        if now.saturating_duration_since(seen) < quiet {
+            return;
+        }
+        self.packet_threshold = (self.packet_threshold / 2).max(PACKET_THRESHOLD);
+        self.window /= 2;
+        self.last_seen = if self.packet_threshold == PACKET_THRESHOLD
+            && self.window < crate::recovery::rtt::GRANULARITY
+        {
+            self.window = Duration::ZERO;
+            None
+        } else {
+            Some(now)
+        };
+    }
+
+    /// The time threshold: RFC 9002's `9/8 · max(srtt, latest_rtt)` plus the window.
+    pub(crate) fn loss_delay(&self, rtt: &RttEstimator) -> Duration {
+        rtt.loss_delay().saturating_add(self.window)
+    }
+}
+
+/// The reordering window may always reach this much, however short the RTT (scheduling on a
+/// loaded host delays single packets by milliseconds).
+const MIN_REORDER_WINDOW_CAP: Duration = Duration::from_millis(4);
+/// The shortest quiet spell after which the allowance shrinks.
+const MIN_QUIET: Duration = Duration::from_millis(100);
 
 /// The result of processing acknowledgements or loss reports.
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
     pub(crate) acked: Vec<(u64, SentPacket)>,
     pub(crate) lost: Vec<(u64, SentPacket)>,
+    /// Packets declared lost earlier and acknowledged now: they were only late.
+    pub(crate) spurious: Vec<LostPacket>,
+    /// Every loss behind the latest congestion response turned out spurious: undo it.
+    pub(crate) undo: bool,
     /// Send time of the newest newly acked packet, if it was the largest and ack-eliciting:
     /// an RTT sample.
     pub(crate) rtt_sample: Option<Duration>,
@@ -128,7 +259,7 @@ impl SentPackets {
     pub(crate) fn on_ack(
         &mut self,
         now: Instant,
-        ranges: impl Iterator<Item = std::ops::RangeInclusive<u64>>,
+        ranges: impl Iterator<Item = std::ops::RangeInclusive<u64>> + Clone,
         largest: u64,
         ack_delay: Duration,
         rtt: &mut RttEstimator,
@@ -137,8 +268,10 @@ impl SentPackets {
         if largest >= self.next_pn {
             return Err("ACK of a packet never sent");
         }
+        let previous_largest = self.largest_acked;
+        let first_new = out.acked.len();
         let mut largest_newly_acked = None;
-        for range in ranges {
+        for range in ranges.clone() {
             // The common case: the range covers the oldest outstanding packets.
             if self
                 .packets
@@ -178,14 +311,74 @@ impl SentPackets {
                 }
             }
         }
-        if !out.acked.is_empty() {
+        // Packets acknowledged below a number acknowledged by an earlier ACK arrived after
+        // it: the path reorders (every ACK reports all that was received, so nothing else
+        // explains it). Measure by how much, in numbers and in time.
+        if let Some(previous) = previous_largest {
+            for (pn, p) in &out.acked[first_new..] {
+                if *pn < previous {
+                    let late = now
+                        .saturating_duration_since(p.time)
+                        .saturating_sub(rtt.smoothed().max(rtt.latest()));
+                    self.reorder.observe(now, previous - pn, late, rtt);
+                }
+            }
+        }
+        if !self.declared_lost.is_empty() {
+            self.find_spurious(now, ranges, rtt, out);
+            self.forget_old_losses(now, rtt);
+        }
+        self.reorder.decay(now, rtt);
+        if out.acked.len() > first_new || !out.spurious.is_empty() {
             self.pto_count = 0;
         }
         Ok(())
     }
 
-    /// Packets the receiver reported missing (NACK): lost at once, as in UDT's loss list.
+    /// Lost packets the ACK acknowledges: they were late, not lost. Each widens the
+    /// reordering allowance; if they were the last of the losses behind the congestion
+    /// response, that response is undone.
+    fn find_spurious(
+        &mut self,
+        now: Instant,
+        ranges: impl Iterator<Item = std::ops::RangeInclusive<u64>>,
+        rtt: &RttEstimator,
+        out: &mut Outcome,
+    ) {
+        let largest = self.largest_acked.unwrap_or_default();
+        for range in ranges {
+            let found: Vec<u64> = self.declared_lost.range(range).map(|(&pn, _)| pn).collect();
+            for pn in found {
+                let Some(lost) = self.declared_lost.remove(&pn) else {
+                    continue;
+                };
+                let late = now
+                    .saturating_duration_since(lost.sent)
+                    .saturating_sub(rtt.smoothed().max(rtt.latest()));
+                self.reorder
+                    .observe(now, largest.saturating_sub(pn), late, rtt);
+                if let (Some(e), Some(id)) = (self.episode.as_mut(), lost.episode) {
+                    if e.id == id {
+                        e.outstanding = e.outstanding.saturating_sub(1);
+                        if e.outstanding == 0 {
+                            self.episode = None;
+                            out.undo = true;
+                        }
+                    }
+                }
+                out.spurious.push(lost);
+            }
+        }
+    }
+
+    /// Packets the receiver reported missing (NACK, UDT's loss list). On a path that has not
+    /// been seen to reorder, a gap means loss and the packets are lost at once; once it has,
+    /// a gap may be reordering and the packet and time thresholds decide (the ACK that came
+    /// with the NACK has already run them).
     pub(crate) fn on_nack(&mut self, missing: impl Iterator<Item = u64>, out: &mut Outcome) {
+        if self.reorder.seen() {
+            return;
+        }
         for pn in missing {
             if pn >= self.next_pn {
                 break;
@@ -196,18 +389,20 @@ impl SentPackets {
         }
     }
 
-    /// RFC 9002 §6.1 loss detection against the largest acknowledged packet.
+    /// RFC 9002 §6.1 loss detection against the largest acknowledged packet, with the
+    /// thresholds of the path's reordering allowance.
     pub(crate) fn detect_lost(&mut self, now: Instant, rtt: &RttEstimator, out: &mut Outcome) {
         self.loss_time = None;
         let Some(largest) = self.largest_acked else {
             return;
         };
-        let loss_delay = rtt.loss_delay();
+        let loss_delay = self.reorder.loss_delay(rtt);
+        let threshold = self.reorder.packet_threshold;
         let lost_before = now.checked_sub(loss_delay);
         let mut lost = Vec::new();
         for (&pn, p) in self.packets.range(..largest) {
             let by_time = lost_before.is_some_and(|t| p.time <= t);
-            if by_time || largest - pn >= PACKET_THRESHOLD {
+            if by_time || largest - pn >= threshold {
                 lost.push(pn);
             } else {
                 let t = p.time + loss_delay;
@@ -219,6 +414,69 @@ impl SentPackets {
                 out.lost.push((pn, p));
             }
         }
+    }
+
+    /// Remembers packets just declared lost. `reduced` = the controller reduced its window
+    /// for them: they open a new loss episode. Otherwise they join the open episode (a real
+    /// loss among them means the response was right), if any.
+    pub(crate) fn record_losses(
+        &mut self,
+        now: Instant,
+        lost: &[(u64, SentPacket)],
+        reduced: bool,
+        rtt: &RttEstimator,
+    ) {
+        if reduced {
+            self.next_episode += 1;
+            self.episode = Some(LossEpisode {
+                id: self.next_episode,
+                outstanding: 0,
+            });
+        }
+        let episode = self.episode.map(|e| e.id);
+        for (pn, p) in lost {
+            let record = LostPacket {
+                sent: p.time,
+                frames: p.frames.clone(),
+                episode: episode.filter(|_| p.in_flight),
+            };
+            if record.episode.is_some() {
+                if let Some(e) = self.episode.as_mut() {
+                    e.outstanding += 1;
+                }
+            }
+            self.declared_lost.insert(*pn, record);
+        }
+        self.forget_old_losses(now, rtt);
+    }
+
+    /// Drops lost-packet records too old for a late acknowledgement to be plausible (three
+    /// probe timeouts plus the reordering window after they were sent), and the oldest past
+    /// [`MAX_DECLARED_LOST`]. A dropped record of the open episode was a real loss, as far as
+    /// anyone will know: the episode can no longer be undone.
+    fn forget_old_losses(&mut self, now: Instant, rtt: &RttEstimator) {
+        let horizon = rtt
+            .pto_base()
+            .saturating_mul(3)
+            .saturating_add(self.reorder.window);
+        let mut len = self.declared_lost.len();
+        while let Some(entry) = self.declared_lost.first_entry() {
+            let too_old = now.saturating_duration_since(entry.get().sent) > horizon;
+            if !too_old && len <= MAX_DECLARED_LOST {
+                break;
+            }
+            let lost = entry.remove();
+            len -= 1;
+            if lost.episode.is_some() && lost.episode == self.episode.map(|e| e.id) {
+                self.episode = None;
+            }
+        }
+    }
+
+    /// Lost packets still remembered (for tests and stats).
+    #[cfg(test)]
+    pub(crate) fn remembered_losses(&self) -> usize {
+        self.declared_lost.len()
     }
 
     /// The oldest ack-eliciting packet still outstanding (for probe content).
@@ -233,13 +491,18 @@ impl SentPackets {
 }
 
 /// The receiver's record of one path's packet-number space: what to acknowledge and when.
+///
+/// Every received number is reported in every ACK until the peer acknowledges a packet that
+/// carried an ACK covering it (RFC 9000 §13.2.4): then the peer knows, and those numbers are
+/// dropped. So an ACK never forgets a packet the peer might still be waiting on, however many
+/// arrive between two ACKs.
 #[derive(Debug, Default)]
 pub(crate) struct AckTracker {
     pub(crate) received: RangeSet,
     pub(crate) largest: Option<(u64, Instant)>,
     /// Ack-eliciting packets received since the last ACK we sent.
     pub(crate) unacked_eliciting: u32,
-    /// An ACK must go out now (gap, request, or frequency reached).
+    /// An ACK must go out now (gap, request, CE mark, or frequency reached).
     pub(crate) immediate: bool,
     /// Deadline for a delayed ACK.
     pub(crate) deadline: Option<Instant>,
@@ -249,14 +512,14 @@ pub(crate) struct AckTracker {
     pub(crate) dirty: bool,
     /// The peer's latest AckFrequency: (sequence, threshold).
     pub(crate) requested: Option<(u64, u32)>,
+    /// ECN codepoints of the packets received (echoed in ACK_ECN frames).
+    pub(crate) ecn: EcnCounts,
 }
 
-/// At most this many ACK ranges are remembered; older gaps are long repaired or given up.
-pub(crate) const MAX_ACK_RANGES: usize = 32;
-/// ACKs describe at most this many packet numbers below the largest received.
-pub(crate) const ACK_HORIZON: u64 = 1024;
-/// The received set is trimmed to the horizon once it reaches this far below it.
-const ACK_TRIM_STEP: u64 = 64;
+/// At most this many ACK ranges are remembered: with acknowledged ACKs trimmed away, more
+/// gaps than this means packets far older than any reordering the path shows, long
+/// declared lost by the sender (who resent their data under new numbers).
+pub(crate) const MAX_ACK_RANGES: usize = 64;
 /// At most this many packet numbers go in one NACK.
 pub(crate) const MAX_NACK: usize = 64;
 
@@ -274,20 +537,21 @@ impl AckTracker {
         self.requested.map_or(default, |(_, t)| t)
     }
 
-    /// Records a received, authenticated packet.
+    /// Records a received, authenticated packet and the ECN codepoint it arrived with.
     pub(crate) fn on_packet(
         &mut self,
         now: Instant,
         pn: u64,
         ack_eliciting: bool,
+        ecn: Option<EcnCodepoint>,
         frequency: u32,
         max_delay: Duration,
     ) {
         match self.largest {
             Some((largest, _)) if pn > largest + 1 => {
                 // A gap: report the missing numbers now rather than waiting for the sender's
-                // thresholds (SLTP NACK). Reordering may make this spurious; the sender then
-                // resends a little early, which costs bandwidth but not correctness.
+                // thresholds (SLTP NACK). The sender convicts on it only while the path has
+                // not been seen to reorder.
                 for missing in largest + 1..pn {
                     if self.nack.len() >= MAX_NACK {
                         break;
@@ -297,7 +561,8 @@ impl AckTracker {
                 self.immediate = true;
             }
             Some((largest, _)) if pn < largest => {
-                // A late arrival fills a gap: tell the sender soon so it stops resending.
+                // A late arrival fills a gap: tell the sender soon so it stops resending
+                // (and learns the loss it may have declared was spurious).
                 self.immediate = true;
             }
             _ => {}
@@ -307,18 +572,11 @@ impl AckTracker {
         }
         self.received.insert(pn..pn + 1);
         self.received.keep_highest(MAX_ACK_RANGES);
-        // Gaps far below the newest packet were long reported (the sender declared them lost
-        // and resent their data under new numbers); stop repeating them in every ACK. Trimmed
-        // here in steps, not every packet; `reported` clips to the horizon exactly.
-        if let Some((largest, _)) = self.largest {
-            let floor = largest.saturating_sub(ACK_HORIZON);
-            if self
-                .received
-                .first()
-                .is_some_and(|r| r.start + ACK_TRIM_STEP < floor)
-            {
-                self.received.remove(0..floor);
-            }
+        self.ecn.on_packet(ecn);
+        //= RFC 9000 §13.2.1: "an endpoint SHOULD immediately acknowledge all packets
+        //# [...] when the packet has ECN-CE"
+        if ecn == Some(EcnCodepoint::Ce) {
+            self.immediate = true;
         }
         self.dirty = true;
         if ack_eliciting {
@@ -331,18 +589,17 @@ impl AckTracker {
         }
     }
 
-    /// The received ranges an ACK reports, highest first, inclusive: those within
-    /// [`ACK_HORIZON`] of the largest.
+    /// The received ranges an ACK reports, highest first, inclusive.
     pub(crate) fn reported(
         &self,
     ) -> impl Iterator<Item = std::ops::RangeInclusive<u64>> + Clone + '_ {
-        let floor = self
-            .largest
-            .map_or(0, |(l, _)| l.saturating_sub(ACK_HORIZON));
-        self.received
-            .iter_rev()
-            .take_while(move |r| r.end > floor)
-            .map(move |r| r.start.max(floor)..=r.end - 1)
+        self.received.iter_rev().map(|r| r.start..=r.end - 1)
+    }
+
+    /// The peer acknowledged a packet carrying an ACK that described all we had received in
+    /// `floor..=largest`: it need not hear of those numbers again.
+    pub(crate) fn on_ack_acknowledged(&mut self, floor: u64, largest: u64) {
+        self.received.remove(floor..largest.saturating_add(1));
     }
 
     /// Whether an ACK should be sent at `now`.
@@ -371,6 +628,7 @@ mod tests {
             ack_eliciting: true,
             in_flight: true,
             app_limited: false,
+            ecn: false,
             frames: SentFrames::new(),
         }
     }
@@ -416,9 +674,9 @@ mod tests {
     fn gaps_trigger_nack_and_immediate_ack() {
         let now = crate::cc::testing::epoch();
         let mut a = AckTracker::default();
-        a.on_packet(now, 0, true, 2, Duration::from_millis(10));
+        a.on_packet(now, 0, true, None, 2, Duration::from_millis(10));
         assert!(!a.wants_ack(now));
-        a.on_packet(now, 3, true, 10, Duration::from_millis(10));
+        a.on_packet(now, 3, true, None, 10, Duration::from_millis(10));
         assert_eq!(a.nack, vec![1, 2]);
         assert!(a.wants_ack(now));
     }
@@ -434,37 +692,193 @@ mod tests {
         a.on_ack_frequency(1, 3);
         assert_eq!(a.threshold(2), 5);
         for pn in 0..4 {
-            a.on_packet(now, pn, true, a.threshold(2), delay);
+            a.on_packet(now, pn, true, None, a.threshold(2), delay);
             assert!(!a.wants_ack(now), "ACK after {} packets", pn + 1);
         }
-        a.on_packet(now, 4, true, a.threshold(2), delay);
+        a.on_packet(now, 4, true, None, a.threshold(2), delay);
         assert!(a.wants_ack(now));
         a.on_ack_sent();
         // Still delayed at most max_ack_delay, and a gap is still acknowledged at once.
-        a.on_packet(now, 5, true, a.threshold(2), delay);
+        a.on_packet(now, 5, true, None, a.threshold(2), delay);
         assert!(a.wants_ack(now + delay));
-        a.on_packet(now, 7, true, a.threshold(2), delay);
+        a.on_packet(now, 7, true, None, a.threshold(2), delay);
         assert!(a.wants_ack(now));
     }
 
     #[test]
-    fn acks_report_only_the_horizon_below_the_largest() {
+    fn acks_report_every_packet_until_an_acknowledged_ack_covers_it() {
         let now = crate::cc::testing::epoch();
         let delay = Duration::from_millis(10);
         let mut a = AckTracker::default();
-        for pn in (0..2000).filter(|pn| *pn != 5 && *pn != 1500) {
-            a.on_packet(now, pn, true, 2, delay);
-            let floor = pn.saturating_sub(ACK_HORIZON);
-            let reported: Vec<_> = a.reported().collect();
-            assert!(
-                reported.iter().all(|r| *r.start() >= floor),
-                "{pn}: {reported:?}"
-            );
-            assert_eq!(reported.first().map(|r| *r.end()), Some(pn));
+        // Thousands of packets between two ACKs (a large receive batch): none is forgotten.
+        for pn in (0..5000).filter(|pn| *pn != 5 && *pn != 1500) {
+            a.on_packet(now, pn, true, None, 64, delay);
         }
         let reported: Vec<_> = a.reported().collect();
-        assert_eq!(reported, vec![1501..=1999, 1999 - ACK_HORIZON..=1499]);
-        // Trimmed, within a step of the horizon.
-        assert!(a.received.first().unwrap().start + ACK_TRIM_STEP >= 1999 - ACK_HORIZON);
+        assert_eq!(reported, vec![1501..=4999, 6..=1499, 0..=4]);
+        // The peer acknowledged a packet whose ACK covered up to 3000 completely.
+        a.on_ack_acknowledged(0, 3000);
+        a.on_packet(now, 5000, true, None, 64, delay);
+        let reported: Vec<_> = a.reported().collect();
+        assert_eq!(reported, vec![3001..=5000]);
+        // A straggler below the trimmed part is still reported (the sender may be waiting).
+        a.on_packet(now, 5, true, None, 64, delay);
+        assert_eq!(a.reported().last(), Some(5..=5));
+        assert!(a.wants_ack(now), "a late arrival is acknowledged at once");
+    }
+
+    #[test]
+    fn ce_marks_are_counted_and_acknowledged_at_once() {
+        let now = crate::cc::testing::epoch();
+        let delay = Duration::from_millis(10);
+        let mut a = AckTracker::default();
+        a.on_packet(now, 0, true, Some(EcnCodepoint::Ect0), 10, delay);
+        assert!(!a.wants_ack(now));
+        a.on_packet(now, 1, true, Some(EcnCodepoint::Ce), 10, delay);
+        assert!(a.wants_ack(now));
+        assert_eq!(
+            a.ecn,
+            EcnCounts {
+                ect0: 1,
+                ect1: 0,
+                ce: 1
+            }
+        );
+    }
+
+    /// Sends `n` packets at 1 ms intervals from `start`.
+    fn send(s: &mut SentPackets, start: Instant, n: u64) {
+        for i in 0..n {
+            let pn = s.take_pn();
+            s.on_sent(pn, pkt(start + Duration::from_millis(i)));
+        }
+    }
+
+    fn ack(
+        s: &mut SentPackets,
+        now: Instant,
+        ranges: &[std::ops::RangeInclusive<u64>],
+        rtt: &mut RttEstimator,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        let largest = *ranges[0].end();
+        s.on_ack(
+            now,
+            ranges.iter().cloned(),
+            largest,
+            Duration::ZERO,
+            rtt,
+            &mut out,
+        )
+        .unwrap();
+        s.detect_lost(now, rtt, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_late_packet_is_a_spurious_loss_and_widens_the_allowance() {
+        let t0 = crate::cc::testing::epoch();
+        let ms = Duration::from_millis;
+        let mut rtt = RttEstimator::new(ms(20));
+        let mut s = SentPackets::default();
+        send(&mut s, t0, 10);
+        // 0..=1 and 3..=9 arrive; 2 is held back 15 ms on the way.
+        ack(&mut s, t0 + ms(21), &[0..=1], &mut rtt);
+        let out = ack(&mut s, t0 + ms(29), &[3..=9, 0..=1], &mut rtt);
+        let lost: Vec<u64> = out.lost.iter().map(|(pn, _)| *pn).collect();
+        assert_eq!(lost, vec![2], "7 packets overtook it: lost by the packet threshold");
+        s.record_losses(t0 + ms(29), &out.lost, true, &rtt);
+        assert_eq!(s.remembered_losses(), 1);
+        // Then it arrives after all.
+        let out = ack(&mut s, t0 + ms(37), &[2..=9, 0..=1], &mut rtt);
+        assert_eq!(out.spurious.len(), 1);
+        assert!(out.undo, "the only loss of the episode was spurious");
+        assert_eq!(s.remembered_losses(), 0);
+        assert_eq!(s.reorder.packet_threshold, 8, "overtaken by 7: 8 from now on");
+        assert!(s.reorder.window >= ms(15), "{:?}", s.reorder.window);
+        assert!(s.reorder.seen());
+
+        // The same reordering again: no loss declared this time.
+        send(&mut s, t0 + ms(40), 10);
+        let out = ack(&mut s, t0 + ms(62), &[13..=19, 0..=11], &mut rtt);
+        assert!(out.lost.is_empty(), "{:?}", out.lost);
+        assert!(s.loss_time.is_some());
+        let out = ack(&mut s, t0 + ms(77), &[0..=19], &mut rtt);
+        assert!(out.lost.is_empty() && out.spurious.is_empty());
+    }
+
+    #[test]
+    fn a_real_loss_is_still_declared_within_rtt_plus_the_window() {
+        let t0 = crate::cc::testing::epoch();
+        let ms = Duration::from_millis;
+        let mut rtt = RttEstimator::new(ms(20));
+        let mut s = SentPackets::default();
+        s.reorder.observe(t0, 100, ms(10), &rtt);
+        send(&mut s, t0, 10);
+        ack(&mut s, t0 + ms(20), &[0..=1], &mut rtt);
+        let out = ack(&mut s, t0 + ms(29), &[3..=9, 0..=1], &mut rtt);
+        assert!(out.lost.is_empty(), "within the allowance");
+        let deadline = s.loss_time.expect("loss timer armed");
+        let bound = t0 + ms(2) + s.reorder.loss_delay(&rtt);
+        assert_eq!(deadline, bound);
+        assert!(bound <= t0 + ms(2) + rtt.smoothed().max(rtt.latest()) * 9 / 8 + s.reorder.window);
+        let mut out = Outcome::default();
+        s.detect_lost(deadline, &rtt, &mut out);
+        assert_eq!(out.lost.len(), 1, "declared at the timer");
+    }
+
+    #[test]
+    fn nacks_convict_only_until_the_path_reorders() {
+        let t0 = crate::cc::testing::epoch();
+        let mut s = SentPackets::default();
+        send(&mut s, t0, 4);
+        let mut out = Outcome::default();
+        s.on_nack([1].into_iter(), &mut out);
+        assert_eq!(out.lost.len(), 1);
+        let rtt = RttEstimator::new(Duration::from_millis(20));
+        s.reorder.observe(t0, 2, Duration::ZERO, &rtt);
+        let mut out = Outcome::default();
+        s.on_nack([2].into_iter(), &mut out);
+        assert!(out.lost.is_empty(), "a hint now, not a verdict");
+    }
+
+    #[test]
+    fn an_episode_with_one_real_loss_is_not_undone() {
+        let t0 = crate::cc::testing::epoch();
+        let ms = Duration::from_millis;
+        let mut rtt = RttEstimator::new(ms(20));
+        let mut s = SentPackets::default();
+        send(&mut s, t0, 12);
+        let out = ack(&mut s, t0 + ms(30), &[5..=11, 0..=0], &mut rtt);
+        let lost: Vec<u64> = out.lost.iter().map(|(pn, _)| *pn).collect();
+        assert_eq!(lost, vec![1, 2, 3, 4]);
+        s.record_losses(t0 + ms(30), &out.lost, true, &rtt);
+        // 1, 2 and 3 were late; 4 is really gone.
+        let out = ack(&mut s, t0 + ms(40), &[5..=11, 0..=3], &mut rtt);
+        assert_eq!(out.spurious.len(), 3);
+        assert!(!out.undo);
+        // Long after, the record of 4 is forgotten and with it any chance of undoing.
+        send(&mut s, t0 + ms(500), 1);
+        let out = ack(&mut s, t0 + ms(520), &[12..=12], &mut rtt);
+        assert!(!out.undo);
+        assert_eq!(s.remembered_losses(), 0);
+    }
+
+    #[test]
+    fn the_allowance_decays_after_a_quiet_spell() {
+        let t0 = crate::cc::testing::epoch();
+        let ms = Duration::from_millis;
+        let rtt = RttEstimator::new(ms(10));
+        let mut r = ReorderAllowance::default();
+        r.observe(t0, 40, ms(8), &rtt);
+        assert_eq!(r.packet_threshold, 41);
+        r.decay(t0 + ms(50), &rtt);
+        assert_eq!(r.packet_threshold, 41, "not quiet long enough");
+        let mut t = t0;
+        for _ in 0..10 {
+            t += ms(200);
+            r.decay(t, &rtt);
+        }
+        assert_eq!(r, ReorderAllowance::default());
     }
 }

@@ -10,6 +10,7 @@ use std::ops::RangeInclusive;
 use bytes::BufMut;
 
 use super::{frame_type, varint_len, DecodeError, Reader, VarInt, WriteExt};
+use crate::recovery::EcnCounts;
 
 const MAX: u64 = VarInt::MAX.into_inner();
 
@@ -158,7 +159,7 @@ fn next_range(reader: &mut Reader<'_>, start: u64) -> Option<RangeInclusive<u64>
 }
 
 /// An ACK frame (type 0x02, §9.3): acknowledges packets of path `path_id` (which may differ
-/// from the path the frame travels on).
+/// from the path the frame travels on). Type 0x2a (ACK_ECN) adds the ECN counts of that path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ack<'a> {
     /// Path whose packet-number space the ranges refer to (fits in 32 bits).
@@ -167,22 +168,43 @@ pub struct Ack<'a> {
     pub ack_delay_us: u64,
     /// Acknowledged ranges; [`AckRanges::largest`] is the largest acknowledged.
     pub ranges: AckRanges<'a>,
+    /// Packets received on the path with each ECN codepoint (ACK_ECN only).
+    pub ecn: Option<EcnCounts>,
 }
 
 impl<'a> Ack<'a> {
-    /// Reads the frame body (after the type).
-    pub(crate) fn decode_body(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+    /// Reads the frame body (after the type); `ecn` for type ACK_ECN.
+    pub(crate) fn decode_body(r: &mut Reader<'a>, ecn: bool) -> Result<Self, DecodeError> {
         let path_id = r.varint_u32("path id")?;
         let largest = r.varint()?;
         let ack_delay_us = r.varint()?;
         let pairs = r.varint()?;
         let first_range = r.varint()?;
         let ranges = AckRanges::decode(r, largest, pairs, first_range)?;
+        let ecn = if ecn {
+            Some(EcnCounts {
+                ect0: r.varint()?,
+                ect1: r.varint()?,
+                ce: r.varint()?,
+            })
+        } else {
+            None
+        };
         Ok(Ack {
             path_id,
             ack_delay_us,
             ranges,
+            ecn,
         })
+    }
+
+    /// The wire type: ACK, or ACK_ECN with counts.
+    pub fn frame_type(&self) -> u64 {
+        if self.ecn.is_some() {
+            frame_type::ACK_ECN
+        } else {
+            frame_type::ACK
+        }
     }
 
     /// Largest acknowledged packet number.
@@ -192,21 +214,36 @@ impl<'a> Ack<'a> {
 
     /// Encoded length, including the type.
     pub fn encoded_len(&self) -> usize {
-        1 + varint_len(u64::from(self.path_id))
+        varint_len(self.frame_type())
+            + varint_len(u64::from(self.path_id))
             + varint_len(self.ack_delay_us)
             + self.ranges.encoded_len()
+            + self.ecn.map_or(0, |c| ecn_len(&c))
     }
 
     /// Writes the frame (type included), re-emitting the ranges' bytes.
     pub fn encode<B: BufMut + ?Sized>(&self, buf: &mut B) {
-        buf.put_varint(frame_type::ACK);
+        buf.put_varint(self.frame_type());
         buf.put_varint(u64::from(self.path_id));
         buf.put_varint(self.ranges.largest);
         buf.put_varint(self.ack_delay_us);
         buf.put_varint(self.ranges.pairs);
         buf.put_varint(self.ranges.first_range);
         buf.put_slice(self.ranges.raw);
+        if let Some(c) = self.ecn {
+            put_ecn(buf, &c);
+        }
     }
+}
+
+fn ecn_len(c: &EcnCounts) -> usize {
+    varint_len(c.ect0) + varint_len(c.ect1) + varint_len(c.ce)
+}
+
+fn put_ecn<B: BufMut + ?Sized>(buf: &mut B, c: &EcnCounts) {
+    buf.put_varint(c.ect0.min(MAX));
+    buf.put_varint(c.ect1.min(MAX));
+    buf.put_varint(c.ce.min(MAX));
 }
 
 /// What an ACK encoder wrote or would write.
@@ -264,15 +301,16 @@ impl<I: Iterator<Item = RangeInclusive<u64>>> Iterator for CheckedRanges<I> {
 }
 
 /// How many of `ranges` (descending, largest first) an ACK frame can carry within
-/// `max_ranges` ranges and `budget` bytes, and its length. `None` if not even the first range
-/// fits or `ranges` is empty. Ranges after the first malformed one (overlapping, adjacent,
-/// ascending, empty, above 2^62 − 1) are ignored.
+/// `max_ranges` ranges and `budget` bytes, and its length (with `ecn`, an ACK_ECN frame).
+/// `None` if not even the first range fits or `ranges` is empty. Ranges after the first
+/// malformed one (overlapping, adjacent, ascending, empty, above 2^62 − 1) are ignored.
 pub fn plan_ack<I>(
     path_id: u32,
     ack_delay_us: u64,
     ranges: I,
     max_ranges: usize,
     budget: usize,
+    ecn: Option<&EcnCounts>,
 ) -> Option<AckPlan>
 where
     I: IntoIterator<Item = RangeInclusive<u64>>,
@@ -283,7 +321,13 @@ where
         done: false,
     };
     let first = steps.next()?;
-    let fixed = 1
+    let ty = if ecn.is_some() {
+        frame_type::ACK_ECN
+    } else {
+        frame_type::ACK
+    };
+    let fixed = varint_len(ty)
+        + ecn.map_or(0, ecn_len)
         + varint_len(u64::from(path_id))
         + varint_len(first.end)
         + varint_len(ack_delay_us)
@@ -313,15 +357,16 @@ where
     Some(plan)
 }
 
-/// Writes an ACK frame for path `path_id` with as many of `ranges` (descending) as fit in
-/// `max_ranges` and `budget` bytes (see [`plan_ack`]). Returns what was written, or `None`
-/// (nothing written) if not even the first range fits.
+/// Writes an ACK frame for path `path_id` (ACK_ECN with `ecn`) with as many of `ranges`
+/// (descending) as fit in `max_ranges` and `budget` bytes (see [`plan_ack`]). Returns what
+/// was written, or `None` (nothing written) if not even the first range fits.
 pub fn encode_ack<B, I>(
     path_id: u32,
     ack_delay_us: u64,
     ranges: I,
     max_ranges: usize,
     budget: usize,
+    ecn: Option<&EcnCounts>,
     buf: &mut B,
 ) -> Option<AckPlan>
 where
@@ -330,7 +375,7 @@ where
     I::IntoIter: Clone,
 {
     let ranges = ranges.into_iter();
-    let plan = plan_ack(path_id, ack_delay_us, ranges.clone(), max_ranges, budget)?;
+    let plan = plan_ack(path_id, ack_delay_us, ranges.clone(), max_ranges, budget, ecn)?;
     let mut steps = CheckedRanges {
         inner: ranges,
         prev_start: None,
@@ -338,7 +383,11 @@ where
     }
     .take(plan.ranges);
     let first = steps.next()?;
-    buf.put_varint(frame_type::ACK);
+    buf.put_varint(if ecn.is_some() {
+        frame_type::ACK_ECN
+    } else {
+        frame_type::ACK
+    });
     buf.put_varint(u64::from(path_id));
     buf.put_varint(first.end);
     buf.put_varint(ack_delay_us);
@@ -347,6 +396,9 @@ where
     for step in steps {
         buf.put_varint(step.gap.unwrap_or(0));
         buf.put_varint(step.end - step.start);
+    }
+    if let Some(c) = ecn {
+        put_ecn(buf, c);
     }
     Some(plan)
 }
@@ -625,7 +677,7 @@ mod tests {
     #[test]
     fn ack_layout() {
         let mut buf = Vec::new();
-        let plan = encode_ack(1, 25, [10..=12, 5..=7, 0..=2], 10, 100, &mut buf).unwrap();
+        let plan = encode_ack(1, 25, [10..=12, 5..=7, 0..=2], 10, 100, None, &mut buf).unwrap();
         // type, path, largest, delay, count, first range, (gap, len), (gap, len)
         assert_eq!(buf, [0x02, 1, 12, 25, 2, 2, 1, 2, 1, 2]);
         assert_eq!(plan, AckPlan { ranges: 3, len: 10 });
@@ -646,22 +698,44 @@ mod tests {
     #[test]
     fn ack_budget_and_cap() {
         let ranges = [100..=100, 90..=95, 80..=80, 70..=70];
-        let full = plan_ack(0, 0, ranges.clone(), usize::MAX, usize::MAX).unwrap();
+        let full = plan_ack(0, 0, ranges.clone(), usize::MAX, usize::MAX, None).unwrap();
         assert_eq!(full.ranges, 4);
-        let capped = plan_ack(0, 0, ranges.clone(), 2, usize::MAX).unwrap();
+        let capped = plan_ack(0, 0, ranges.clone(), 2, usize::MAX, None).unwrap();
         assert_eq!(capped.ranges, 2);
-        let tight = plan_ack(0, 0, ranges.clone(), usize::MAX, full.len - 1).unwrap();
+        let tight = plan_ack(0, 0, ranges.clone(), usize::MAX, full.len - 1, None).unwrap();
         assert_eq!(tight.ranges, 3);
-        assert!(plan_ack(0, 0, ranges.clone(), usize::MAX, 5).is_none());
-        assert!(plan_ack(0, 0, ranges.clone(), 0, 100).is_none());
-        assert!(plan_ack(0, 0, std::iter::empty(), 10, 100).is_none());
+        assert!(plan_ack(0, 0, ranges.clone(), usize::MAX, 5, None).is_none());
+        assert!(plan_ack(0, 0, ranges.clone(), 0, 100, None).is_none());
+        assert!(plan_ack(0, 0, std::iter::empty(), 10, 100, None).is_none());
         let mut buf = Vec::new();
-        assert!(encode_ack(0, 0, ranges.clone(), 10, 5, &mut buf).is_none());
+        assert!(encode_ack(0, 0, ranges.clone(), 10, 5, None, &mut buf).is_none());
         assert!(buf.is_empty());
-        let plan = encode_ack(0, 0, ranges.clone(), 10, tight.len, &mut buf).unwrap();
+        let plan = encode_ack(0, 0, ranges.clone(), 10, tight.len, None, &mut buf).unwrap();
         assert_eq!(plan, tight);
         assert_eq!(buf.len(), tight.len);
         assert_eq!(decode_ack(&buf).ranges.iter().count(), 3);
+    }
+
+    #[test]
+    fn ack_ecn_layout() {
+        let mut buf = Vec::new();
+        let counts = EcnCounts {
+            ect0: 7,
+            ect1: 0,
+            ce: 2,
+        };
+        let plan = encode_ack(0, 25, [3..=9], 10, 100, Some(&counts), &mut buf).unwrap();
+        // type, path, largest, delay, count, first range, ect0, ect1, ce
+        assert_eq!(buf, [0x2a, 0, 9, 25, 0, 6, 7, 0, 2]);
+        assert_eq!(plan.len, buf.len());
+        let ack = decode_ack(&buf);
+        assert_eq!(ack.ecn, Some(counts));
+        assert_eq!(ack.encoded_len(), buf.len());
+        // Counts cut short are an error, not a plain ACK.
+        assert_eq!(
+            Frame::decode(&mut Reader::new(&buf[..8])),
+            Err(DecodeError::UnexpectedEnd)
+        );
     }
 
     #[test]
@@ -673,12 +747,12 @@ mod tests {
             vec![10..=12, RangeInclusive::new(5, 4)], // empty
             vec![10..=12, 0..=(MAX + 1)],             // too large
         ] {
-            let plan = plan_ack(0, 0, bad.clone(), 10, 100).unwrap();
+            let plan = plan_ack(0, 0, bad.clone(), 10, 100, None).unwrap();
             assert_eq!(plan.ranges, 1, "{bad:?}");
         }
-        assert!(plan_ack(0, 0, [0..=(MAX + 1)], 10, 100).is_none());
+        assert!(plan_ack(0, 0, [0..=(MAX + 1)], 10, 100, None).is_none());
         let mut buf = Vec::new();
-        encode_ack(0, 0, [MAX..=MAX, 0..=0], 10, 100, &mut buf).unwrap();
+        encode_ack(0, 0, [MAX..=MAX, 0..=0], 10, 100, None, &mut buf).unwrap();
         assert_eq!(
             decode_ack(&buf).ranges.iter().collect::<Vec<_>>(),
             vec![MAX..=MAX, 0..=0]
@@ -808,10 +882,17 @@ mod tests {
             ranges in arb_ack_ranges(),
             max_ranges in 1usize..30,
             budget in 0usize..200,
+            ecn in proptest::option::of((0..=MAX, 0..=MAX, 0..=MAX)),
         ) {
+            let ecn = ecn.map(|(ect0, ect1, ce)| EcnCounts { ect0, ect1, ce });
             let mut buf = Vec::new();
-            let plan = encode_ack(path_id, delay, ranges.clone(), max_ranges, budget, &mut buf);
-            prop_assert_eq!(plan, plan_ack(path_id, delay, ranges.clone(), max_ranges, budget));
+            let plan = encode_ack(
+                path_id, delay, ranges.clone(), max_ranges, budget, ecn.as_ref(), &mut buf,
+            );
+            prop_assert_eq!(
+                plan,
+                plan_ack(path_id, delay, ranges.clone(), max_ranges, budget, ecn.as_ref())
+            );
             let Some(plan) = plan else {
                 prop_assert!(buf.is_empty());
                 return Ok(());
@@ -821,6 +902,7 @@ mod tests {
             let ack = decode_ack(&buf);
             prop_assert_eq!(ack.path_id, path_id);
             prop_assert_eq!(ack.ack_delay_us, delay);
+            prop_assert_eq!(ack.ecn, ecn);
             prop_assert_eq!(ack.encoded_len(), buf.len());
             let got: Vec<_> = ack.ranges.iter().collect();
             prop_assert_eq!(&got[..], &ranges[..plan.ranges]);

@@ -92,6 +92,8 @@ pub mod frame_type {
     pub const LEAVE: u64 = 0x28;
     /// `AckFrequency` (§9.29).
     pub const ACK_FREQUENCY: u64 = 0x29;
+    /// `Ack` with ECN counts (§9.3).
+    pub const ACK_ECN: u64 = 0x2a;
 }
 
 use frame_type as ty;
@@ -367,7 +369,7 @@ pub enum Frame<'a> {
     },
     /// 0x01: elicits an ACK.
     Ping,
-    /// 0x02: acknowledged ranges of one path.
+    /// 0x02: acknowledged ranges of one path; 0x2a (ACK_ECN): the same with ECN counts.
     Ack(Ack<'a>),
     /// 0x03: missing packets of one path.
     Nack(Nack<'a>),
@@ -607,7 +609,8 @@ impl<'a> Frame<'a> {
                 Frame::Padding { len: 1 + zeros }
             }
             ty::PING => Frame::Ping,
-            ty::ACK => Frame::Ack(Ack::decode_body(r)?),
+            ty::ACK => Frame::Ack(Ack::decode_body(r, false)?),
+            ty::ACK_ECN => Frame::Ack(Ack::decode_body(r, true)?),
             ty::NACK => Frame::Nack(Nack::decode_body(r)?),
             ty::ACK_REQUEST => Frame::AckRequest,
             ty::RESET_FLOW => Frame::ResetFlow {
@@ -736,7 +739,7 @@ impl<'a> Frame<'a> {
         match self {
             Frame::Padding { .. } => ty::PADDING,
             Frame::Ping => ty::PING,
-            Frame::Ack(_) => ty::ACK,
+            Frame::Ack(a) => a.frame_type(),
             Frame::Nack(_) => ty::NACK,
             Frame::AckRequest => ty::ACK_REQUEST,
             Frame::ResetFlow { .. } => ty::RESET_FLOW,
@@ -1254,7 +1257,8 @@ pub(crate) mod tests {
     fn field_rules() {
         let cases: &[(&[u8], DecodeError)] = &[
             (&[0x07], DecodeError::UnknownFrameType(0x07)),
-            (&[0x2a], DecodeError::UnknownFrameType(0x2a)),
+            (&[0x2b], DecodeError::UnknownFrameType(0x2b)),
+            (&[0x2a, 0, 5, 0, 0, 0, 1, 0], DecodeError::UnexpectedEnd),
             (&[0x29, 0, 1, 0], DecodeError::InvalidValue("ack threshold")),
             (
                 &[0x29, 0, 1, 0x40, 65],
@@ -1398,7 +1402,13 @@ pub(crate) mod tests {
                         let ranges = sorted.iter().rev().map(|pn| *pn..=*pn);
                         let ranges: Vec<_> = ranges.collect();
                         // adjacent singletons are not allowed; keep what the encoder accepts
-                        encode_ack(a as u32, b, ranges, 64, 1000, &mut encoded).unwrap();
+                        let ecn = (kind % 4 == 0).then_some(crate::recovery::EcnCounts {
+                            ect0: b,
+                            ect1: a,
+                            ce: b / 2,
+                        });
+                        encode_ack(a as u32, b, ranges, 64, 1000, ecn.as_ref(), &mut encoded)
+                            .unwrap();
                     } else {
                         encode_nack(a as u32, sorted, 64, 1000, &mut encoded).unwrap();
                     }
