@@ -434,3 +434,53 @@ fn stop_sending_reaches_the_writer() {
         Err(tern_proto::WriteError::Stopped(9))
     );
 }
+
+#[test]
+fn a_receive_batch_of_thousands_of_packets_is_acknowledged_in_full() {
+    // The runtime may take thousands of datagrams from its socket before the receiver gets to
+    // send an ACK (a long GRO batch, a busy host). The ACK that follows must cover every one:
+    // none may be declared lost for having fallen out of it.
+    use std::sync::Arc;
+    use tern_proto::cc::CubicConfig;
+    let mut client = config(1, false);
+    client.connection.congestion = Arc::new(CubicConfig::default().initial_window_packets(4000));
+    let mut pair = Pair::new(client, config(2, true));
+    let (c, _) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    let data = vec![7u8; 4 << 20];
+    let mut written = 0;
+    while written < data.len() {
+        match conn.write(flow, &data[written..]) {
+            Ok(n) if n > 0 => written += n,
+            _ => break,
+        }
+    }
+    // Everything the client may send, held back from the server (paced: time moves on).
+    let mut batch = Vec::new();
+    let mut buf = Vec::new();
+    for _ in 0..100_000 {
+        buf.clear();
+        match pair.client.poll_transmit(pair.now, &mut buf) {
+            Some(t) => batch.push(buf[..t.size].to_vec()),
+            None if pair.client.poll_timeout().is_some() => {
+                pair.now += Duration::from_micros(50);
+            }
+            None => break,
+        }
+        if batch.len() >= 2_500 {
+            break;
+        }
+    }
+    assert!(batch.len() >= 2_500, "only {} datagrams", batch.len());
+    // The server reads the whole batch, then answers.
+    let from: SocketAddr = CLIENT.parse().unwrap();
+    for mut d in batch {
+        pair.server.handle(pair.now, from, None, &mut d);
+    }
+    pair.exchange();
+    let stats = pair.client.connection(c).unwrap().stats();
+    assert_eq!(stats.packets_lost, 0, "{stats:?}");
+    assert_eq!(stats.spurious_losses, 0);
+    assert_eq!(stats.bytes_retransmitted, 0);
+}

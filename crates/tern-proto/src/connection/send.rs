@@ -221,6 +221,7 @@ impl Connection {
                 in_flight,
                 app_limited,
                 ecn: ecn.is_some(),
+                overtaken: None,
                 frames,
             },
         );

@@ -71,6 +71,9 @@ pub(crate) struct SentPacket {
     pub(crate) app_limited: bool,
     /// Left marked ECT(0).
     pub(crate) ecn: bool,
+    /// When a packet sent after this one was first acknowledged while this one was not: from
+    /// then on it is late, and the reordering window counts from here.
+    pub(crate) overtaken: Option<Instant>,
     /// Most packets carry one or two retransmittable frames: kept inline, no allocation.
     pub(crate) frames: SentFrames,
 }
@@ -107,6 +110,8 @@ pub(crate) struct SentPackets {
 #[derive(Debug, Clone)]
 pub(crate) struct LostPacket {
     pub(crate) sent: Instant,
+    /// See [`SentPacket::overtaken`].
+    overtaken: Option<Instant>,
     /// What it carried: a late acknowledgement still frees it (and cancels a resend that has
     /// not left yet).
     pub(crate) frames: SentFrames,
@@ -130,8 +135,8 @@ const MAX_DECLARED_LOST: usize = 4096;
 pub(crate) struct ReorderAllowance {
     /// A packet is lost once a packet this many numbers after it was acknowledged.
     pub(crate) packet_threshold: u64,
-    /// A packet is lost once it is this much later than the RTT (in addition to RFC 9002's
-    /// 1/8 RTT) behind an acknowledged later packet.
+    /// A packet is lost no sooner than this long after a later packet was acknowledged
+    /// (and, as in RFC 9002, no sooner than 9/8 RTT after it was sent).
     pub(crate) window: Duration,
     /// When reordering was last observed (the allowance shrinks after a quiet spell).
     last_seen: Option<Instant>,
@@ -159,16 +164,32 @@ impl ReorderAllowance {
     }
 
     /// A packet was acknowledged `distance` numbers below the largest acknowledged before it,
-    /// `late` after the round trip the path normally takes: it was overtaken. Grow the
-    /// allowance to let such a packet through next time, with a quarter to spare (RFC 8985
-    /// grows its window in steps of min_rtt/4 for the same purpose).
-    fn observe(&mut self, now: Instant, distance: u64, late: Duration, rtt: &RttEstimator) {
+    /// `late` after a packet sent after it was: it was overtaken. Grow the allowance to let
+    /// such a packet through next time, with a quarter to spare; twice as much if the packet
+    /// had been declared lost (`spurious`): the allowance was already behind, typically
+    /// because the sending rate (and with it the distance) keeps growing. RFC 8985 grows its
+    /// window in steps of min_rtt/4 on each spurious retransmission for the same purpose.
+    /// Lateness is measured between acknowledgements, not against the RTT, so a queue that
+    /// fills or drains meanwhile does not count as reordering.
+    fn observe(
+        &mut self,
+        now: Instant,
+        distance: u64,
+        late: Duration,
+        spurious: bool,
+        rtt: &RttEstimator,
+    ) {
+        let (distance, late) = if spurious {
+            (distance.saturating_mul(2), late.saturating_mul(2))
+        } else {
+            (distance.saturating_add(distance / 4), late.saturating_add(late / 4))
+        };
         self.packet_threshold = self
             .packet_threshold
             .max(distance.saturating_add(1))
             .min(MAX_PACKET_THRESHOLD);
         let cap = rtt.smoothed().saturating_mul(4).max(MIN_REORDER_WINDOW_CAP);
-        self.window = self.window.max(late.saturating_add(late / 4)).min(cap);
+        self.window = self.window.max(late).min(cap);
         self.last_seen = Some(now);
     }
 
@@ -194,9 +215,16 @@ impl ReorderAllowance {
         };
     }
 
-    /// The time threshold: RFC 9002's `9/8 · max(srtt, latest_rtt)` plus the window.
-    pub(crate) fn loss_delay(&self, rtt: &RttEstimator) -> Duration {
-        rtt.loss_delay().saturating_add(self.window)
+    /// When a packet sent at `sent` and overtaken at `overtaken` counts as lost by time:
+    /// RFC 9002's `9/8 · max(srtt, latest_rtt)` after it was sent, and no sooner than the
+    /// reordering window after it was overtaken.
+    pub(crate) fn lost_at(
+        &self,
+        sent: Instant,
+        overtaken: Instant,
+        rtt: &RttEstimator,
+    ) -> Instant {
+        (sent + rtt.loss_delay()).max(overtaken + self.window)
     }
 }
 
@@ -317,10 +345,10 @@ impl SentPackets {
         if let Some(previous) = previous_largest {
             for (pn, p) in &out.acked[first_new..] {
                 if *pn < previous {
-                    let late = now
-                        .saturating_duration_since(p.time)
-                        .saturating_sub(rtt.smoothed().max(rtt.latest()));
-                    self.reorder.observe(now, previous - pn, late, rtt);
+                    let late = p
+                        .overtaken
+                        .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+                    self.reorder.observe(now, previous - pn, late, false, rtt);
                 }
             }
         }
@@ -352,11 +380,11 @@ impl SentPackets {
                 let Some(lost) = self.declared_lost.remove(&pn) else {
                     continue;
                 };
-                let late = now
-                    .saturating_duration_since(lost.sent)
-                    .saturating_sub(rtt.smoothed().max(rtt.latest()));
+                let late = lost
+                    .overtaken
+                    .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
                 self.reorder
-                    .observe(now, largest.saturating_sub(pn), late, rtt);
+                    .observe(now, largest.saturating_sub(pn), late, true, rtt);
                 if let (Some(e), Some(id)) = (self.episode.as_mut(), lost.episode) {
                     if e.id == id {
                         e.outstanding = e.outstanding.saturating_sub(1);
@@ -396,17 +424,15 @@ impl SentPackets {
         let Some(largest) = self.largest_acked else {
             return;
         };
-        let loss_delay = self.reorder.loss_delay(rtt);
         let threshold = self.reorder.packet_threshold;
-        let lost_before = now.checked_sub(loss_delay);
         let mut lost = Vec::new();
-        for (&pn, p) in self.packets.range(..largest) {
-            let by_time = lost_before.is_some_and(|t| p.time <= t);
-            if by_time || largest - pn >= threshold {
+        for (&pn, p) in self.packets.range_mut(..largest) {
+            let overtaken = *p.overtaken.get_or_insert(now);
+            let at = self.reorder.lost_at(p.time, overtaken, rtt);
+            if at <= now || largest - pn >= threshold {
                 lost.push(pn);
             } else {
-                let t = p.time + loss_delay;
-                self.loss_time = Some(self.loss_time.map_or(t, |l| l.min(t)));
+                self.loss_time = Some(self.loss_time.map_or(at, |l| l.min(at)));
             }
         }
         for pn in lost {
@@ -437,6 +463,7 @@ impl SentPackets {
         for (pn, p) in lost {
             let record = LostPacket {
                 sent: p.time,
+                overtaken: p.overtaken,
                 frames: p.frames.clone(),
                 episode: episode.filter(|_| p.in_flight),
             };
@@ -629,6 +656,7 @@ mod tests {
             in_flight: true,
             app_limited: false,
             ecn: false,
+            overtaken: None,
             frames: SentFrames::new(),
         }
     }
@@ -794,8 +822,9 @@ mod tests {
         assert_eq!(out.spurious.len(), 1);
         assert!(out.undo, "the only loss of the episode was spurious");
         assert_eq!(s.remembered_losses(), 0);
-        assert_eq!(s.reorder.packet_threshold, 8, "overtaken by 7: 8 from now on");
-        assert!(s.reorder.window >= ms(15), "{:?}", s.reorder.window);
+        assert_eq!(s.reorder.packet_threshold, 15, "overtaken by 7 while declared lost: twice");
+        // 8 ms after 3..=9 were acknowledged, twice over.
+        assert_eq!(s.reorder.window, ms(16));
         assert!(s.reorder.seen());
 
         // The same reordering again: no loss declared this time.
@@ -803,7 +832,8 @@ mod tests {
         let out = ack(&mut s, t0 + ms(62), &[13..=19, 0..=11], &mut rtt);
         assert!(out.lost.is_empty(), "{:?}", out.lost);
         assert!(s.loss_time.is_some());
-        let out = ack(&mut s, t0 + ms(77), &[0..=19], &mut rtt);
+        assert_eq!(s.loss_time, Some(t0 + ms(78)));
+        let out = ack(&mut s, t0 + ms(70), &[0..=19], &mut rtt);
         assert!(out.lost.is_empty() && out.spurious.is_empty());
     }
 
@@ -813,15 +843,15 @@ mod tests {
         let ms = Duration::from_millis;
         let mut rtt = RttEstimator::new(ms(20));
         let mut s = SentPackets::default();
-        s.reorder.observe(t0, 100, ms(10), &rtt);
+        s.reorder.observe(t0, 100, ms(10), false, &rtt);
         send(&mut s, t0, 10);
         ack(&mut s, t0 + ms(20), &[0..=1], &mut rtt);
         let out = ack(&mut s, t0 + ms(29), &[3..=9, 0..=1], &mut rtt);
         assert!(out.lost.is_empty(), "within the allowance");
         let deadline = s.loss_time.expect("loss timer armed");
-        let bound = t0 + ms(2) + s.reorder.loss_delay(&rtt);
-        assert_eq!(deadline, bound);
-        assert!(bound <= t0 + ms(2) + rtt.smoothed().max(rtt.latest()) * 9 / 8 + s.reorder.window);
+        // One reordering window after a later packet's acknowledgement showed it missing
+        // (3..=9, at 29 ms): about an RTT plus the window after it was sent.
+        assert_eq!(deadline, t0 + ms(29) + s.reorder.window);
         let mut out = Outcome::default();
         s.detect_lost(deadline, &rtt, &mut out);
         assert_eq!(out.lost.len(), 1, "declared at the timer");
@@ -836,7 +866,7 @@ mod tests {
         s.on_nack([1].into_iter(), &mut out);
         assert_eq!(out.lost.len(), 1);
         let rtt = RttEstimator::new(Duration::from_millis(20));
-        s.reorder.observe(t0, 2, Duration::ZERO, &rtt);
+        s.reorder.observe(t0, 2, Duration::ZERO, false, &rtt);
         let mut out = Outcome::default();
         s.on_nack([2].into_iter(), &mut out);
         assert!(out.lost.is_empty(), "a hint now, not a verdict");
@@ -870,10 +900,10 @@ mod tests {
         let ms = Duration::from_millis;
         let rtt = RttEstimator::new(ms(10));
         let mut r = ReorderAllowance::default();
-        r.observe(t0, 40, ms(8), &rtt);
-        assert_eq!(r.packet_threshold, 41);
+        r.observe(t0, 40, ms(8), false, &rtt);
+        assert_eq!(r.packet_threshold, 51);
         r.decay(t0 + ms(50), &rtt);
-        assert_eq!(r.packet_threshold, 41, "not quiet long enough");
+        assert_eq!(r.packet_threshold, 51, "not quiet long enough");
         let mut t = t0;
         for _ in 0..10 {
             t += ms(200);

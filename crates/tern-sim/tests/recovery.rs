@@ -1,0 +1,162 @@
+//! Loss recovery that declares only real losses (PROTOCOL.md §11): reordering costs no
+//! retransmission once the path has shown it, a real loss is still repaired, a congestion
+//! response caused by a loss that proves spurious is undone, and ECN marks replace losses on
+//! a marking bottleneck (or are given up on a path that bleaches or rewrites them).
+
+use std::time::Duration;
+
+use tern_proto::{ConnectionHandle, ConnectionStats, EcnState, EndpointConfig};
+use tern_sim::tern::{goodput_between, PairAccess, Transfer};
+use tern_sim::{LinkConfig, LinkStats, LossModel};
+
+const RATE: u64 = 50_000_000;
+const ONE_WAY: Duration = Duration::from_millis(20);
+const SIZE: u64 = 20_000_000;
+
+struct Run {
+    goodput: f64,
+    /// The data sender's statistics.
+    sender: ConnectionStats,
+    /// The data direction's link.
+    link: LinkStats,
+}
+
+fn run(uplink: LinkConfig, size: u64, configure: fn(&mut EndpointConfig)) -> Run {
+    let mut t = Transfer::new(
+        tern_sim::seed_from_env(11),
+        LinkConfig::new(RATE, ONE_WAY),
+        vec![size],
+    );
+    t.uplink = uplink;
+    t.configure = configure;
+    t.timeline = true;
+    let mut sim = t.build();
+    let start = sim.now();
+    sim.run_until_done(start + Duration::from_secs(120))
+        .expect("transfer completes");
+    let server = &sim.server().app;
+    assert_eq!(server.corrupt, None, "byte-exact");
+    assert_eq!(server.total(), size);
+    let last_byte = server.timeline.last().expect("data arrived").0;
+    let goodput = goodput_between(&server.timeline, start + Duration::from_secs(1), last_byte);
+    let sender = sim
+        .client()
+        .endpoint
+        .connection(ConnectionHandle(0))
+        .expect("connection kept")
+        .stats();
+    // The uplink (client to server) was added first.
+    let uplink = sim.links().next().expect("two links");
+    let link = sim.link(uplink).stats().clone();
+    eprintln!(
+        "{:.1} Mbit/s; lost {} (spurious {}), retransmitted {} B, cuts {} (undone {}), \
+         reorder threshold {} window {:?}, ECN {} (CE {}); link: {}",
+        goodput / 1e6,
+        sender.packets_lost,
+        sender.spurious_losses,
+        sender.bytes_retransmitted,
+        sender.congestion_events,
+        sender.congestion_events_undone,
+        sender.reorder_threshold,
+        sender.reorder_window,
+        sender.ecn,
+        sender.ecn_ce_reported,
+        link,
+    );
+    Run {
+        goodput,
+        sender,
+        link,
+    }
+}
+
+fn clean() -> LinkConfig {
+    LinkConfig::new(RATE, ONE_WAY)
+}
+
+/// A link that never drops: its queue has no limit (slow start would overflow any other).
+fn lossless() -> LinkConfig {
+    clean().with_queue_limit(usize::MAX)
+}
+
+fn reordering(probability: f64, extra: Duration) -> LinkConfig {
+    lossless().with_reorder(probability, extra)
+}
+
+#[test]
+fn reordering_without_loss_is_learned_and_then_costs_nothing() {
+    let base = run(lossless(), SIZE, |_| {});
+    assert_eq!(base.sender.packets_lost, 0);
+    for (p, extra) in [(0.02, Duration::from_millis(5)), (0.10, Duration::from_millis(20))] {
+        let r = run(reordering(p, extra), SIZE, |_| {});
+        // Every loss declared was spurious (the link lost nothing), and only the first few,
+        // while the path showed how far it reorders: thousands of packets were reordered.
+        assert_eq!(r.link.dropped(), 0);
+        assert_eq!(r.sender.packets_lost, r.sender.spurious_losses);
+        assert!(r.sender.spurious_losses <= 8, "{}", r.sender.spurious_losses);
+        assert!(
+            r.sender.bytes_retransmitted <= 8 * 1500,
+            "{}",
+            r.sender.bytes_retransmitted
+        );
+        // No window cut stands: each one was undone when its loss proved spurious.
+        assert_eq!(
+            r.sender.congestion_events, r.sender.congestion_events_undone,
+            "reordering {p} {extra:?}"
+        );
+        assert!(r.sender.reorder_window >= extra, "{:?}", r.sender.reorder_window);
+        assert!(
+            r.goodput >= 0.9 * base.goodput,
+            "{:.1} vs {:.1} Mbit/s",
+            r.goodput / 1e6,
+            base.goodput / 1e6
+        );
+    }
+}
+
+#[test]
+fn real_losses_on_a_reordering_path_are_still_repaired() {
+    let link = reordering(0.05, Duration::from_millis(10)).with_loss(LossModel::Random(0.005));
+    let r = run(link, 5_000_000, |_| {});
+    // The transfer completed byte-exact (checked in `run`); every packet the link dropped
+    // was found lost (the sender's ACK-only packets are dropped too but never declared).
+    let real = r.sender.packets_lost - r.sender.spurious_losses;
+    assert!(r.link.dropped_loss > 0);
+    assert!(real >= r.link.dropped_loss);
+    assert!(real <= r.link.dropped(), "{real} > {}", r.link.dropped());
+    assert!(r.sender.bytes_retransmitted > 0);
+}
+
+#[test]
+fn ecn_marks_replace_losses_at_a_marking_bottleneck() {
+    // A queue of two bandwidth-delay products, marked from half of one (CUBIC's cut to 0.7
+    // of the window then still leaves it above the BDP: the link stays busy).
+    let bdp = (RATE / 8) as usize * 2 * ONE_WAY.as_millis() as usize / 1000;
+    let marking = clean().with_queue_limit(2 * bdp).with_ecn_marking(bdp / 2);
+    let with_ecn = run(marking.clone(), SIZE, |_| {});
+    assert_eq!(with_ecn.sender.ecn, EcnState::Capable);
+    assert!(with_ecn.sender.ecn_ce_reported > 0);
+    assert!(with_ecn.sender.congestion_events > 0);
+    assert_eq!(with_ecn.link.dropped(), 0, "the queue never overflowed");
+    assert_eq!(with_ecn.sender.packets_lost, 0);
+    assert!(with_ecn.goodput >= 0.85 * RATE as f64, "{}", with_ecn.goodput);
+
+    // The same bottleneck with ECN off at the sender: the queue fills until it drops.
+    let without = run(marking, SIZE, |c| c.connection.ecn = false);
+    assert_eq!(without.sender.ecn, EcnState::Disabled);
+    assert_eq!(without.link.ce_marked, 0, "unmarked packets are never marked");
+    assert!(without.link.dropped_queue > 0);
+    assert!(without.sender.packets_lost > 0);
+}
+
+#[test]
+fn a_path_that_bleaches_or_rewrites_ecn_falls_back_to_unmarked() {
+    for bits in [0b00, 0b01] {
+        let link = clean()
+            .with_ecn_rewrite(bits)
+            .with_ecn_marking(usize::MAX);
+        let r = run(link, 2_000_000, |_| {});
+        assert_eq!(r.sender.ecn, EcnState::Failed, "rewritten to {bits:02b}");
+        assert_eq!(r.sender.ecn_ce_reported, 0);
+    }
+}
