@@ -1,5 +1,6 @@
 //! The property test of issue 2: random links (0–30 % loss, reordering, duplication,
-//! corruption, 1–100 Mbit/s, 1–300 ms) and several concurrent flows of random sizes; every
+//! corruption, ECN marking, bleaching and rewriting, 1–100 Mbit/s, 1–300 ms) and several
+//! concurrent flows of random sizes; every
 //! byte is delivered exactly and in order per flow, nothing panics, and receive memory stays
 //! within the configured windows.
 //!
@@ -67,6 +68,13 @@ fn random_link(rng: &mut ChaCha8Rng, rate: u64, one_way: Duration) -> LinkConfig
     // Queue between 20 packets and 2 bandwidth-delay products.
     let bdp = (rate as f64 / 8.0 * one_way.as_secs_f64() * 2.0) as usize;
     l.queue_limit_bytes = rng.random_range(30_000..=bdp.max(30_001) * 2);
+    // ECN: a marking bottleneck, or a middlebox that bleaches or rewrites the bits.
+    if rng.random_bool(0.3) {
+        l.ecn_mark_bytes = Some(rng.random_range(1_500..=l.queue_limit_bytes));
+    }
+    if rng.random_bool(0.1) {
+        l.ecn_rewrite = Some(if rng.random_bool(0.5) { 0b00 } else { 0b01 });
+    }
     l
 }
 

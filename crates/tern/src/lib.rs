@@ -51,6 +51,7 @@ pub use connection::{Connection, EventStream, RecvFlow, RequestError, SendFlow};
 pub use driver::{ConnectionId, Upcall};
 pub use endpoint::{entropy, ConnectError, Endpoint};
 pub use tern_proto::{
-    ConnectionError, ConnectionStats, DatagramError, Dir, EndpointConfig, Event, FlowId, Message,
-    MessageId, MessageOptions, PublicKey, RetryPolicy, SendMessageError, StaticKeypair, Violation,
+    ConnectionError, ConnectionStats, DatagramError, Dir, EcnState, EndpointConfig, Event, FlowId,
+    Message, MessageId, MessageOptions, PublicKey, RetryPolicy, SendMessageError, StaticKeypair,
+    Violation,
 };

@@ -60,6 +60,17 @@ impl Socket {
         sock.bind(&addr.into())?;
         let std_sock: std::net::UdpSocket = sock.into();
         let state = UdpSocketState::new(UdpSockRef::from(&std_sock))?;
+        // quinn-udp 0.6 asks for receive timestamps, which tern does not use, and reads the
+        // control messages into 96 bytes: with GRO, timestamp + GRO + PKTINFO + TOS need 112,
+        // so the kernel cuts the TOS message and every coalesced datagram reads as Not-ECT
+        // (seen on Linux 6.x over loopback). Without timestamps the ECN bits fit.
+        if let Err(e) = nix::sys::socket::setsockopt(
+            &std_sock,
+            nix::sys::socket::sockopt::ReceiveTimestampns,
+            &false,
+        ) {
+            tracing::debug!("cannot turn off receive timestamps: {e}");
+        }
         // Buffers sized for bursts at tens of Gbit/s; the kernel caps them at its limits.
         let _ = state.set_send_buffer_size(UdpSockRef::from(&std_sock), 8 << 20);
         let _ = state.set_recv_buffer_size(UdpSockRef::from(&std_sock), 8 << 20);

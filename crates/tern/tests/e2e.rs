@@ -73,6 +73,9 @@ async fn concurrent_flows(ik: bool) {
     for t in tasks {
         t.await.unwrap();
     }
+    // Loopback keeps the IP header's ECN bits: our ECT(0) marks came back counted.
+    let stats = conn.stats();
+    assert_eq!(stats.ecn, tern::EcnState::Capable, "{stats:?}");
     conn.close(0, b"done");
     let reason = conn.closed().await;
     assert_eq!(reason, ConnectionError::LocallyClosed { code: 0 });
