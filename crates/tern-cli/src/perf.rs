@@ -95,10 +95,12 @@ pub(crate) async fn client(
         took,
         cpu,
         &format!(
-            "  lost {} pkts, resent {} B, rtt {}, GSO {} segments/send",
+            "  lost {} pkts ({} spurious), resent {} B, rtt {}, ECN {}, GSO {} segments/send",
             s.packets_lost,
+            s.spurious_losses,
             s.bytes_retransmitted,
             util::ms(s.rtt),
+            s.ecn,
             ep.gso_segments()
         ),
     );
@@ -129,8 +131,11 @@ pub(crate) async fn compare_local(bytes: u64, time: Option<f64>) -> Result<()> {
         took,
         cpu,
         &format!(
-            "  (encrypted; lost {} pkts; GSO {} segments/send, GRO {} segments/receive)",
+            "  (encrypted; lost {} pkts, {} spurious; ECN {}; GSO {} segments/send, GRO {} \
+             segments/receive)",
             s.packets_lost,
+            s.spurious_losses,
+            s.ecn,
             ep.gso_segments(),
             ep.gro_segments()
         ),
