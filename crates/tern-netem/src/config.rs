@@ -68,6 +68,8 @@ pub struct DirectionConfig {
     pub rate: RateModel,
     /// Drop-tail limit.
     pub queue: QueueSpec,
+    /// ECN: mark CE above a queue threshold, or bleach/rewrite the bits.
+    pub ecn: crate::ecn::EcnRule,
     /// Whether the direction carries traffic (`false`: every packet is dropped).
     pub up: bool,
     /// Seed of the random draws, mixed with the link's name and direction (so directions never
@@ -87,6 +89,7 @@ impl Default for DirectionConfig {
             corrupt: 0.0,
             rate: RateModel::Unlimited,
             queue: QueueSpec::Default,
+            ecn: crate::ecn::EcnRule::Pass,
             up: true,
             seed: None,
         }
@@ -96,7 +99,7 @@ impl Default for DirectionConfig {
 /// Keys understood by [`DirectionConfig::set`], for help texts.
 pub const KEYS: &str = "delay=20ms jitter=1ms rate=10mbit trace=FILE loss=1% \
 ge=P_GB,P_BG[,LOSS_GOOD,LOSS_BAD] bursty=LOSS,MEAN_BURST queue=100kB|64pkt|50ms|unlimited \
-reorder=P,DELAY duplicate=P corrupt=P seed=N up=true|false";
+reorder=P,DELAY duplicate=P corrupt=P ecn=30kB|20pkt|5ms|bleach|ect1|off seed=N up=true|false";
 
 impl DirectionConfig {
     /// A pass-through direction (no delay, no loss, unlimited rate).
@@ -165,6 +168,19 @@ impl DirectionConfig {
                 self.reorder = units::parse_probability(&parts[0])?;
                 self.reorder_delay = units::parse_duration(&parts[1])?;
             }
+            "ecn" => {
+                self.ecn = match value.trim() {
+                    "off" | "pass" | "none" => crate::ecn::EcnRule::Pass,
+                    "bleach" => crate::ecn::EcnRule::Rewrite(0),
+                    "ect1" => crate::ecn::EcnRule::Rewrite(0b01),
+                    v => crate::ecn::EcnRule::Mark(units::parse_queue(v).map_err(|_| {
+                        Error::Parse(format!(
+                            "ecn={v}: want a marking threshold (30kB, 20pkt, 5ms), bleach, \
+                             ect1 or off"
+                        ))
+                    })?),
+                }
+            }
             "duplicate" | "dup" => self.duplicate = units::parse_probability(value)?,
             "corrupt" => self.corrupt = units::parse_probability(value)?,
             "seed" => {
@@ -204,6 +220,14 @@ impl DirectionConfig {
     /// The resolved drop-tail limit.
     pub fn queue_limit(&self) -> QueueLimit {
         QueueLimit::resolve(self.queue, self.rate.mean_bps())
+    }
+
+    /// The CE-marking threshold, resolved like the queue limit (unlimited without marking).
+    pub fn ecn_mark_limit(&self) -> QueueLimit {
+        match self.ecn {
+            crate::ecn::EcnRule::Mark(spec) => QueueLimit::resolve(spec, self.rate.mean_bps()),
+            _ => QueueLimit::UNLIMITED,
+        }
     }
 
     /// The simulator link model for everything after the queue (its own rate stage unused).

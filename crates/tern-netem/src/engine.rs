@@ -47,6 +47,8 @@ pub struct DirectionStats {
     pub max_queue_bytes: usize,
     /// Largest queue seen, packets.
     pub max_queue_packets: usize,
+    /// Packets marked CE by the ECN rule.
+    pub ce_marked: u64,
 }
 
 /// Shaper + link model for one direction.
@@ -57,6 +59,7 @@ pub struct DirectionEngine {
     link: Link,
     dropped_down: u64,
     dropped_down_bytes: u64,
+    ce_marked: u64,
 }
 
 /// Placeholder addresses: the link model only carries them along.
@@ -75,6 +78,7 @@ impl DirectionEngine {
             link,
             dropped_down: 0,
             dropped_down_bytes: 0,
+            ce_marked: 0,
         }
     }
 
@@ -112,7 +116,7 @@ impl DirectionEngine {
     /// Returns how many copies were scheduled (0, 1 or 2).
     pub fn offer(
         &mut self,
-        packet: Vec<u8>,
+        mut packet: Vec<u8>,
         now: Instant,
         mut out: impl FnMut(Instant, Vec<u8>),
     ) -> usize {
@@ -120,6 +124,13 @@ impl DirectionEngine {
             self.dropped_down += 1;
             self.dropped_down_bytes += packet.len() as u64;
             return 0;
+        }
+        if self.config.ecn != crate::ecn::EcnRule::Pass {
+            let queued = self.shaper.queue(now);
+            let limit = self.config.ecn_mark_limit();
+            if crate::ecn::apply(self.config.ecn, limit, queued, &mut packet) {
+                self.ce_marked += 1;
+            }
         }
         let Some(departure) = self.shaper.offer(packet.len(), now) else {
             return 0;
@@ -151,6 +162,7 @@ impl DirectionEngine {
             queue_packets,
             max_queue_bytes: s.max_bytes,
             max_queue_packets: s.max_packets,
+            ce_marked: self.ce_marked,
             ..DirectionStats::default()
         }
     }

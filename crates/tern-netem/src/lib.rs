@@ -42,6 +42,7 @@
 pub mod cleanup;
 mod cmd;
 pub mod config;
+pub mod ecn;
 pub mod emulator;
 pub mod engine;
 pub mod probe;

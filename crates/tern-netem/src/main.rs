@@ -96,6 +96,10 @@ struct UpArgs {
     /// Reordering: PROBABILITY,EXTRA_DELAY (e.g. 1%,5ms).
     #[arg(long)]
     reorder: Option<String>,
+    /// ECN: mark ECN-capable packets CE once the queue holds this much (30kB, 20pkt, 5ms), or
+    /// `bleach` / `ect1` to rewrite every packet's ECN bits.
+    #[arg(long)]
+    ecn: Option<String>,
     /// Duplication probability.
     #[arg(long)]
     duplicate: Option<String>,
@@ -215,7 +219,7 @@ fn dur(s: &str) -> Result<Duration> {
 /// Builds the emulation config from the flags.
 fn emulation_config(a: &UpArgs, links: &[String]) -> Result<EmulationConfig> {
     let mut base = DirectionConfig::default();
-    let flags: [(&str, Option<String>); 11] = [
+    let flags: [(&str, Option<String>); 12] = [
         ("delay", a.delay.clone()),
         ("jitter", a.jitter.clone()),
         ("rate", a.rate.clone()),
@@ -225,6 +229,7 @@ fn emulation_config(a: &UpArgs, links: &[String]) -> Result<EmulationConfig> {
         ("bursty", a.bursty.clone()),
         ("queue", a.queue.clone()),
         ("reorder", a.reorder.clone()),
+        ("ecn", a.ecn.clone()),
         ("duplicate", a.duplicate.clone()),
         ("corrupt", a.corrupt.clone()),
     ];
@@ -287,13 +292,14 @@ fn print_stats(emu: &Emulator, elapsed: Duration) {
                 let secs = elapsed.as_secs_f64().max(1e-9);
                 eprintln!(
                     "tern-netem: {link} {dir:<4}: offered {} pkt, delivered {} ({}), dropped \
-                     queue {} loss {} down {}, queue now {} B/{} pkt, max {} B/{} pkt",
+                     queue {} loss {} down {}, CE-marked {}, queue now {} B/{} pkt, max {} B/{} pkt",
                     s.offered,
                     s.written,
                     format_rate(s.written_bytes as f64 * 8.0 / secs),
                     s.dropped_queue,
                     s.dropped_loss,
                     s.dropped_down,
+                    s.ce_marked,
                     s.queue_bytes,
                     s.queue_packets,
                     s.max_queue_bytes,

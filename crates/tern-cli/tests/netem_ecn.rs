@@ -1,0 +1,119 @@
+//! `tern perf` across a real emulated bottleneck (tern-netem: network namespaces and a TUN
+//! forwarder), where ECN decides what happens at the queue: a link that marks CE from 30 kB
+//! slows tern down before its 250 kB queue overflows, and a middlebox that bleaches or rewrites
+//! the ECN bits is detected and tern falls back to unmarked packets.
+//!
+//! Needs root, /dev/net/tun and `ip netns`; says SKIPPED otherwise.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+use tern_netem::{Direction, DirectionConfig, DirectionStats, DuplexConfig, EmulationConfig};
+use tern_netem::{Topology, TopologySpec};
+
+/// A child process killed when the test ends, pass or fail.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn prerequisites(test: &str) -> bool {
+    match tern_netem::check_environment() {
+        Ok(()) => {
+            tern_netem::install_signal_cleanup().expect("signal handler");
+            true
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {e}");
+            false
+        }
+    }
+}
+
+/// One 20 MB `tern perf` from `c` to `s` over a 50 Mbit/s, 20 ms RTT link with a 250 kB queue
+/// and `ecn` settings on the data direction. Returns the client's report line and the data
+/// direction's counters.
+fn perf(ecn: &str) -> (String, DirectionStats) {
+    let topo = Topology::build(&TopologySpec::single()).expect("topology");
+    let mut up = DirectionConfig::default();
+    up.apply(&format!("delay=10ms rate=50mbit queue=250kB {ecn}"))
+        .expect("settings");
+    let mut down = DirectionConfig::default();
+    down.apply("delay=10ms rate=50mbit").expect("settings");
+    let emu = topo
+        .start(&EmulationConfig::default().with_link("r", DuplexConfig { up, down }))
+        .expect("emulator");
+    let server_addr = format!("{}:4433", topo.addr("s").expect("server address"));
+    let tern = env!("CARGO_BIN_EXE_tern");
+    let mut server = topo.command("s", tern).expect("node");
+    server
+        .args(["perf", "--server", "--listen", &server_addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut server = Killed(server.spawn().expect("server starts"));
+    // It says "… listening on ADDR" on stderr once its socket is bound.
+    let stderr = server.0.stderr.take().expect("piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let ready = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("listening"));
+    assert!(ready, "perf server did not start");
+    // Keep draining its stderr so that it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    let out = topo
+        .command("c", tern)
+        .expect("node")
+        .args(["perf", &server_addr, "--bytes", "20M"])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("client runs");
+    assert!(out.status.success(), "tern perf failed: {:?}", out.status);
+    let report = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("tern "))
+        .expect("report line")
+        .to_owned();
+    let stats = emu.stats("r", Direction::Up).expect("counters");
+    drop(server);
+    println!("{ecn:>12}: {report}\n{:>12}  link: {stats:?}", "");
+    (report, stats)
+}
+
+/// The `lost N pkts` figure of a report line.
+fn lost(report: &str) -> u64 {
+    let after = report.split("lost ").nth(1).expect("lost figure");
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn ecn_marks_hold_the_queue_below_overflow_and_bleaching_is_detected() {
+    if !prerequisites("ecn_marks_hold_the_queue_below_overflow_and_bleaching_is_detected") {
+        return;
+    }
+    let (marked, link) = perf("ecn=30kB");
+    assert!(marked.contains("ECN capable"), "{marked}");
+    assert!(link.ce_marked > 0);
+    assert_eq!(
+        link.dropped_queue, 0,
+        "marks came before the queue overflowed"
+    );
+    assert_eq!(lost(&marked), 0);
+
+    let (plain, link) = perf("");
+    assert!(
+        plain.contains("ECN capable"),
+        "marks survive an unmarking link: {plain}"
+    );
+    assert_eq!(link.ce_marked, 0);
+    assert!(link.dropped_queue > 0, "without marks the queue overflows");
+
+    for rewrite in ["ecn=bleach", "ecn=ect1"] {
+        let (report, _) = perf(rewrite);
+        assert!(report.contains("ECN failed"), "{rewrite}: {report}");
+    }
+}
