@@ -617,7 +617,12 @@ impl Link {
                     return self.drop(DropReason::Queue);
                 }
                 let ect = dgram.ecn == 0b10 || dgram.ecn == 0b01;
-                if ect && self.config.ecn_mark_bytes.is_some_and(|k| self.backlog_bytes >= k) {
+                if ect
+                    && self
+                        .config
+                        .ecn_mark_bytes
+                        .is_some_and(|k| self.backlog_bytes >= k)
+                {
                     dgram.ecn = 0b11;
                     self.stats.ce_marked += 1;
                 }
@@ -730,7 +735,11 @@ mod tests {
         // Queued before each: 0, 1000, 2000, 3000, 4000 (not ECT: never marked), 5000.
         assert_eq!(got, vec![0b10, 0b10, 0b10, 0b11, 0, 0b11]);
         assert_eq!(link.stats().ce_marked, 2);
-        assert_eq!(link.stats().dropped(), 0, "marking replaces dropping, not adds to it");
+        assert_eq!(
+            link.stats().dropped(),
+            0,
+            "marking replaces dropping, not adds to it"
+        );
     }
 
     #[test]
@@ -739,7 +748,9 @@ mod tests {
         for (bits, want) in [(0u8, 0u8), (0b01, 0b01)] {
             let mut link = Link::new(LinkConfig::ideal().with_ecn_rewrite(bits), 1, epoch);
             let mut got = None;
-            link.process(dgram(0, 100).with_ecn(0b10), epoch, |_, d| got = Some(d.ecn));
+            link.process(dgram(0, 100).with_ecn(0b10), epoch, |_, d| {
+                got = Some(d.ecn)
+            });
             assert_eq!(got, Some(want));
         }
     }

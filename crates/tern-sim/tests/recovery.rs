@@ -87,13 +87,20 @@ fn reordering(probability: f64, extra: Duration) -> LinkConfig {
 fn reordering_without_loss_is_learned_and_then_costs_nothing() {
     let base = run(lossless(), SIZE, |_| {});
     assert_eq!(base.sender.packets_lost, 0);
-    for (p, extra) in [(0.02, Duration::from_millis(5)), (0.10, Duration::from_millis(20))] {
+    for (p, extra) in [
+        (0.02, Duration::from_millis(5)),
+        (0.10, Duration::from_millis(20)),
+    ] {
         let r = run(reordering(p, extra), SIZE, |_| {});
         // Every loss declared was spurious (the link lost nothing), and only the first few,
         // while the path showed how far it reorders: thousands of packets were reordered.
         assert_eq!(r.link.dropped(), 0);
         assert_eq!(r.sender.packets_lost, r.sender.spurious_losses);
-        assert!(r.sender.spurious_losses <= 8, "{}", r.sender.spurious_losses);
+        assert!(
+            r.sender.spurious_losses <= 8,
+            "{}",
+            r.sender.spurious_losses
+        );
         assert!(
             r.sender.bytes_retransmitted <= 8 * 1500,
             "{}",
@@ -104,7 +111,11 @@ fn reordering_without_loss_is_learned_and_then_costs_nothing() {
             r.sender.congestion_events, r.sender.congestion_events_undone,
             "reordering {p} {extra:?}"
         );
-        assert!(r.sender.reorder_window >= extra, "{:?}", r.sender.reorder_window);
+        assert!(
+            r.sender.reorder_window >= extra,
+            "{:?}",
+            r.sender.reorder_window
+        );
         assert!(
             r.goodput >= 0.9 * base.goodput,
             "{:.1} vs {:.1} Mbit/s",
@@ -139,12 +150,19 @@ fn ecn_marks_replace_losses_at_a_marking_bottleneck() {
     assert!(with_ecn.sender.congestion_events > 0);
     assert_eq!(with_ecn.link.dropped(), 0, "the queue never overflowed");
     assert_eq!(with_ecn.sender.packets_lost, 0);
-    assert!(with_ecn.goodput >= 0.85 * RATE as f64, "{}", with_ecn.goodput);
+    assert!(
+        with_ecn.goodput >= 0.85 * RATE as f64,
+        "{}",
+        with_ecn.goodput
+    );
 
     // The same bottleneck with ECN off at the sender: the queue fills until it drops.
     let without = run(marking, SIZE, |c| c.connection.ecn = false);
     assert_eq!(without.sender.ecn, EcnState::Disabled);
-    assert_eq!(without.link.ce_marked, 0, "unmarked packets are never marked");
+    assert_eq!(
+        without.link.ce_marked, 0,
+        "unmarked packets are never marked"
+    );
     assert!(without.link.dropped_queue > 0);
     assert!(without.sender.packets_lost > 0);
 }
@@ -152,9 +170,7 @@ fn ecn_marks_replace_losses_at_a_marking_bottleneck() {
 #[test]
 fn a_path_that_bleaches_or_rewrites_ecn_falls_back_to_unmarked() {
     for bits in [0b00, 0b01] {
-        let link = clean()
-            .with_ecn_rewrite(bits)
-            .with_ecn_marking(usize::MAX);
+        let link = clean().with_ecn_rewrite(bits).with_ecn_marking(usize::MAX);
         let r = run(link, 2_000_000, |_| {});
         assert_eq!(r.sender.ecn, EcnState::Failed, "rewritten to {bits:02b}");
         assert_eq!(r.sender.ecn_ce_reported, 0);

@@ -233,14 +233,20 @@ impl Connection {
     fn wants_ack_of_ack(&self, now: Instant) -> bool {
         let path = &self.paths[0];
         path.acks.received.len() > 1
-            && path.sent.time_of_last_ack_eliciting.is_none_or(|t| {
-                now.saturating_duration_since(t) >= path.rtt.smoothed()
-            })
+            && path
+                .sent
+                .time_of_last_ack_eliciting
+                .is_none_or(|t| now.saturating_duration_since(t) >= path.rtt.smoothed())
     }
 
     /// Writes the path's ACK (and NACK). Returns the numbers the ACK described completely,
     /// `(floor, largest)`: once the peer acknowledges this packet, it knows of them.
-    fn write_ack(&mut self, now: Instant, buf: &mut Vec<u8>, max_payload: usize) -> Option<(u64, u64)> {
+    fn write_ack(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        max_payload: usize,
+    ) -> Option<(u64, u64)> {
         let acks = &mut self.paths[0].acks;
         let (_, received_at) = acks.largest?;
         if !acks.dirty && acks.nack.is_empty() {

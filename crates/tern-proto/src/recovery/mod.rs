@@ -56,7 +56,10 @@ pub(crate) enum SentFrame {
     AckFrequency,
     /// An ACK that described everything received in `floor..=largest`: once the peer has it
     /// (this packet is acknowledged), those numbers need never be reported again.
-    Ack { floor: u64, largest: u64 },
+    Ack {
+        floor: u64,
+        largest: u64,
+    },
 }
 
 /// One packet in flight.
@@ -182,7 +185,10 @@ impl ReorderAllowance {
         let (distance, late) = if spurious {
             (distance.saturating_mul(2), late.saturating_mul(2))
         } else {
-            (distance.saturating_add(distance / 4), late.saturating_add(late / 4))
+            (
+                distance.saturating_add(distance / 4),
+                late.saturating_add(late / 4),
+            )
         };
         self.packet_threshold = self
             .packet_threshold
@@ -199,7 +205,10 @@ impl ReorderAllowance {
         let Some(seen) = self.last_seen else {
             return;
         };
-        let quiet = rtt.smoothed().saturating_mul(REORDER_QUIET_RTTS).max(MIN_QUIET);
+        let quiet = rtt
+            .smoothed()
+            .saturating_mul(REORDER_QUIET_RTTS)
+            .max(MIN_QUIET);
         if now.saturating_duration_since(seen) < quiet {
             return;
         }
@@ -218,12 +227,7 @@ impl ReorderAllowance {
     /// When a packet sent at `sent` and overtaken at `overtaken` counts as lost by time:
     /// RFC 9002's `9/8 · max(srtt, latest_rtt)` after it was sent, and no sooner than the
     /// reordering window after it was overtaken.
-    pub(crate) fn lost_at(
-        &self,
-        sent: Instant,
-        overtaken: Instant,
-        rtt: &RttEstimator,
-    ) -> Instant {
+    pub(crate) fn lost_at(&self, sent: Instant, overtaken: Instant, rtt: &RttEstimator) -> Instant {
         (sent + rtt.loss_delay()).max(overtaken + self.window)
     }
 }
@@ -814,7 +818,11 @@ mod tests {
         ack(&mut s, t0 + ms(21), &[0..=1], &mut rtt);
         let out = ack(&mut s, t0 + ms(29), &[3..=9, 0..=1], &mut rtt);
         let lost: Vec<u64> = out.lost.iter().map(|(pn, _)| *pn).collect();
-        assert_eq!(lost, vec![2], "7 packets overtook it: lost by the packet threshold");
+        assert_eq!(
+            lost,
+            vec![2],
+            "7 packets overtook it: lost by the packet threshold"
+        );
         s.record_losses(t0 + ms(29), &out.lost, true, &rtt);
         assert_eq!(s.remembered_losses(), 1);
         // Then it arrives after all.
@@ -822,7 +830,10 @@ mod tests {
         assert_eq!(out.spurious.len(), 1);
         assert!(out.undo, "the only loss of the episode was spurious");
         assert_eq!(s.remembered_losses(), 0);
-        assert_eq!(s.reorder.packet_threshold, 15, "overtaken by 7 while declared lost: twice");
+        assert_eq!(
+            s.reorder.packet_threshold, 15,
+            "overtaken by 7 while declared lost: twice"
+        );
         // 8 ms after 3..=9 were acknowledged, twice over.
         assert_eq!(s.reorder.window, ms(16));
         assert!(s.reorder.seen());

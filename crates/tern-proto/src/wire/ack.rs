@@ -375,7 +375,14 @@ where
     I::IntoIter: Clone,
 {
     let ranges = ranges.into_iter();
-    let plan = plan_ack(path_id, ack_delay_us, ranges.clone(), max_ranges, budget, ecn)?;
+    let plan = plan_ack(
+        path_id,
+        ack_delay_us,
+        ranges.clone(),
+        max_ranges,
+        budget,
+        ecn,
+    )?;
     let mut steps = CheckedRanges {
         inner: ranges,
         prev_start: None,
