@@ -47,7 +47,7 @@ fn run(uplink: LinkConfig, size: u64, configure: fn(&mut EndpointConfig)) -> Run
         .stats();
     // The uplink (client to server) was added first.
     let uplink = sim.links().next().expect("two links");
-    let link = sim.link(uplink).stats().clone();
+    let link = *sim.link(uplink).stats();
     eprintln!(
         "{:.1} Mbit/s; lost {} (spurious {}), retransmitted {} B, cuts {} (undone {}), \
          reorder threshold {} window {:?}, ECN {} (CE {}); link: {}",
