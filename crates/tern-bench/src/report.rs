@@ -42,6 +42,9 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("goodput_mbps", "goodput Mbit/s", 1.0, 1),
             ("failed", "failed", 1.0, 0),
             ("fct_mean_vs_tcp", "time/TCP", 1.0, 2),
+            ("sender_packets_lost", "lost pkts", 1.0, 0),
+            ("sender_spurious_losses", "spurious", 1.0, 0),
+            ("sender_bytes_retransmitted", "resent kB", 1e-3, 0),
         ],
         "startup" => vec![
             ("fct_mean_ms", "completion ms", 1.0, 0),
@@ -55,6 +58,10 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("cpu_client_s_per_gb", "client", 1.0, 2),
             ("cpu_server_s_per_gb", "server", 1.0, 2),
             ("goodput_vs_tcp", "goodput/TCP", 1.0, 2),
+            ("sender_packets_lost", "lost pkts", 1.0, 0),
+            ("sender_spurious_losses", "spurious", 1.0, 0),
+            ("sender_bytes_retransmitted", "resent kB", 1e-3, 0),
+            ("rcvbuf_errors", "rcvbuf drops", 1.0, 0),
         ],
         _ => vec![],
     }

@@ -99,6 +99,10 @@ pub struct Case {
     /// Protocol-specific extras reported by the client agent (e.g. connection statistics).
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub extra: Value,
+    /// UDP datagrams the kernel dropped for a full receive buffer during the case, in the
+    /// client's and server's namespaces (`/proc/net/snmp` RcvbufErrors, after − before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_rcvbuf_errors: Option<u64>,
     /// Set if the run failed; samples may then be partial.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

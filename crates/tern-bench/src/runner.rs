@@ -310,6 +310,7 @@ impl Net {
             ..Case::default()
         };
         let mut extras: Vec<Agent> = Vec::new();
+        let rcvbuf_before = self.udp_rcvbuf_errors();
         let r = (|| -> anyhow::Result<()> {
             if background {
                 extras.extend(self.start_background(timeout_s + 30.0)?);
@@ -362,8 +363,30 @@ impl Net {
             case.error = Some(format!("{e:#}"));
         }
         case.links = self.link_stats();
+        case.udp_rcvbuf_errors = rcvbuf_before
+            .zip(self.udp_rcvbuf_errors())
+            .map(|(before, after)| after.saturating_sub(before));
         case.wall_s = started.elapsed().as_secs_f64();
         case
+    }
+
+    /// The kernel's count of UDP datagrams dropped for a full receive buffer
+    /// (`/proc/net/snmp`, `Udp: RcvbufErrors`), summed over the client's and the server's
+    /// network namespaces (one, on loopback). `None` if it cannot be read.
+    fn udp_rcvbuf_errors(&self) -> Option<u64> {
+        let snmp: Vec<String> = match &self.topo {
+            None => vec![std::fs::read_to_string("/proc/net/snmp").ok()?],
+            Some(t) => ["c", "s"]
+                .into_iter()
+                .map(|node| {
+                    let out = t.command(node, "cat").ok()?.arg("/proc/net/snmp").output().ok()?;
+                    out.status
+                        .success()
+                        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+                })
+                .collect::<Option<Vec<_>>>()?,
+        };
+        snmp.iter().map(|text| rcvbuf_errors_of(text)).sum()
     }
 
     /// One bulk TCP (CUBIC) download per path, from the server to the client, until killed.
@@ -438,6 +461,32 @@ impl Net {
     }
 }
 
+/// `RcvbufErrors` of the `Udp:` lines of a `/proc/net/snmp` text (a header line, then the
+/// values line).
+fn rcvbuf_errors_of(snmp: &str) -> Option<u64> {
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let header = udp.next()?;
+    let values = udp.next()?;
+    let column = header.split_whitespace().position(|h| h == "RcvbufErrors")?;
+    values.split_whitespace().nth(column)?.parse().ok()
+}
+
 fn run_quiet(cmd: &mut Command) {
     let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rcvbuf_errors_are_read_from_the_udp_lines() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    Udp: 100 2 7 90 5 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    UdpLite: 0 0 0 0 9 0\n";
+        assert_eq!(rcvbuf_errors_of(snmp), Some(5));
+        assert_eq!(rcvbuf_errors_of("Ip: 1\n"), None);
+    }
 }

@@ -535,6 +535,22 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                         }
                     }
                 }
+                // Loss recovery as the data's sender saw it (tern, quinn), and the kernel's
+                // receive-buffer drops: a loss declared with no drop is a false one.
+                for key in [
+                    "packets_lost",
+                    "spurious_losses",
+                    "bytes_retransmitted",
+                    "congestion_events",
+                    "congestion_events_undone",
+                ] {
+                    if let Some(v) = sender_stat(&case.extra, key) {
+                        m.insert(format!("sender_{key}"), v);
+                    }
+                }
+                if let Some(drops) = case.udp_rcvbuf_errors {
+                    m.insert("rcvbuf_errors".into(), drops as f64);
+                }
                 if run.scenario == "startup" {
                     if let (Some(p), Some(f)) = (profile, case.flows.first()) {
                         let o = link_options_of(case);
@@ -561,6 +577,17 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
         r.metrics.retain(|_, v| v.is_finite());
     }
     rows
+}
+
+/// A numeric statistic of the data's sender (the server side of each flow), summed over the
+/// client's threads; `None` when no thread reported it (kernel TCP, UDP).
+fn sender_stat(extra: &Value, key: &str) -> Option<f64> {
+    let threads = extra.as_array()?;
+    let values: Vec<f64> = threads
+        .iter()
+        .filter_map(|t| t.get("server")?.get(key)?.as_f64())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
 }
 
 /// The headline metric of a scenario, and whether lower is better.

@@ -41,8 +41,13 @@ pub trait Mux: Send + Sync + Sized + 'static {
     fn stats(conn: &Self::Conn) -> Value;
 }
 
-/// Serves one stream: `R` request or `F` flow (see [`crate::spec`]).
-pub async fn serve_stream<W, R>(mut w: W, mut r: R) -> io::Result<()>
+/// Serves one stream: `R` request, `F` flow (see [`crate::spec`]), or `S`: the serving
+/// connection's statistics as JSON (`stats`), so that a client can report the sender's losses.
+pub async fn serve_stream<W, R>(
+    mut w: W,
+    mut r: R,
+    stats: impl FnOnce() -> Value,
+) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     R: AsyncRead + Unpin,
@@ -59,6 +64,11 @@ where
         b'F' => {
             let size = r.read_u64().await?;
             write_pattern(&mut w, size).await?;
+            w.shutdown().await?;
+        }
+        b'S' => {
+            let text = serde_json::to_vec(&stats()).map_err(io::Error::other)?;
+            w.write_all(&text).await?;
             w.shutdown().await?;
         }
         other => return Err(io::Error::other(format!("unknown request kind {other}"))),
@@ -226,15 +236,19 @@ pub async fn flows_client<M: Mux>(
             let mut out = Vec::new();
             let mut err = None;
             let mut stats = Value::Null;
+            let count = sizes.len();
             for (i, size) in sizes.into_iter().enumerate() {
                 let t0 = Instant::now();
                 let got = Arc::new(Mutex::new(0u64));
-                let r = tokio::time::timeout(timeout, one_flow(&*m, size, got.clone())).await;
+                // The last flow of a thread also asks for the sender's statistics.
+                let ask = i + 1 == count;
+                let r = tokio::time::timeout(timeout, one_flow(&*m, size, got.clone(), ask)).await;
                 let received = *got.lock().unwrap();
-                let fct = t0.elapsed().as_secs_f64() * 1e3;
+                let mut fct = t0.elapsed().as_secs_f64() * 1e3;
                 let ok = match r {
-                    Ok(Ok(s)) => {
+                    Ok(Ok((s, done))) => {
                         stats = s;
+                        fct = done.saturating_duration_since(t0).as_secs_f64() * 1e3;
                         received >= size
                     }
                     Ok(Err(e)) => {
@@ -274,7 +288,15 @@ pub async fn flows_client<M: Mux>(
     (out, error, Value::Array(stats))
 }
 
-async fn one_flow<M: Mux>(m: &M, size: u64, got: Arc<Mutex<u64>>) -> io::Result<Value> {
+/// One flow on a new connection. Returns the statistics (`{"client": …}`, and with
+/// `sender_stats` also `"server"`: the sending side's, asked for after the flow) and when
+/// the last byte arrived.
+async fn one_flow<M: Mux>(
+    m: &M,
+    size: u64,
+    got: Arc<Mutex<u64>>,
+    sender_stats: bool,
+) -> io::Result<(Value, Instant)> {
     let conn = m.connect().await?;
     let result = async {
         let (mut w, mut r) = M::open_bi(&conn).await?;
@@ -290,10 +312,24 @@ async fn one_flow<M: Mux>(m: &M, size: u64, got: Arc<Mutex<u64>>) -> io::Result<
             }
             *got.lock().unwrap() += k as u64;
         }
-        Ok::<_, io::Error>(())
+        let done = Instant::now();
+        let mut stats = serde_json::json!({ "client": M::stats(&conn) });
+        if sender_stats {
+            stats["server"] = ask_stats::<M>(&conn).await?;
+        }
+        Ok::<_, io::Error>((stats, done))
     }
     .await;
-    let stats = M::stats(&conn);
     M::close(&conn);
-    result.map(|()| stats)
+    result
+}
+
+/// The server's statistics of this connection (an `S` stream).
+async fn ask_stats<M: Mux>(conn: &M::Conn) -> io::Result<Value> {
+    let (mut w, mut r) = M::open_bi(conn).await?;
+    w.write_all(b"S").await?;
+    w.shutdown().await?;
+    let mut text = Vec::new();
+    r.read_to_end(&mut text).await?;
+    serde_json::from_slice(&text).map_err(io::Error::other)
 }

@@ -68,8 +68,9 @@ pub async fn serve(ep: quinn::Endpoint) {
         tokio::spawn(async move {
             let Ok(conn) = incoming.await else { return };
             while let Ok((w, r)) = conn.accept_bi().await {
+                let c = conn.clone();
                 tokio::spawn(async move {
-                    let _ = serve_stream(w, r).await;
+                    let _ = serve_stream(w, r, move || QuicClient::stats(&c)).await;
                 });
             }
         });
@@ -129,7 +130,8 @@ impl Mux for QuicClient {
         let s = conn.stats();
         json!({
             "rtt_ms": conn.rtt().as_secs_f64() * 1e3,
-            "lost_packets": s.path.lost_packets,
+            "packets_lost": s.path.lost_packets,
+            "bytes_lost": s.path.lost_bytes,
             "sent_packets": s.path.sent_packets,
             "cwnd": s.path.cwnd,
             "congestion_events": s.path.congestion_events,

@@ -121,8 +121,9 @@ pub async fn serve(ep: tern::Endpoint) {
         let c = conn.clone();
         tokio::spawn(async move {
             while let Ok((w, r)) = c.accept_bi().await {
+                let conn = c.clone();
                 tokio::spawn(async move {
-                    let _ = serve_stream(w, r).await;
+                    let _ = serve_stream(w, r, move || stats_json(&conn.stats())).await;
                 });
             }
         });
@@ -254,8 +255,26 @@ impl Mux for TernClient {
     }
 
     fn stats(c: &TernConn) -> Value {
-        json!({ "stats": format!("{:?}", c.conn.stats()) })
+        stats_json(&c.conn.stats())
     }
+}
+
+/// A connection's statistics: the loss-recovery figures as numbers, everything as text.
+fn stats_json(s: &tern::ConnectionStats) -> Value {
+    json!({
+        "packets_lost": s.packets_lost,
+        "spurious_losses": s.spurious_losses,
+        "bytes_retransmitted": s.bytes_retransmitted,
+        "congestion_events": s.congestion_events,
+        "congestion_events_undone": s.congestion_events_undone,
+        "datagrams_sent": s.datagrams_sent,
+        "reorder_threshold": s.reorder_threshold,
+        "reorder_window_ms": s.reorder_window.as_secs_f64() * 1e3,
+        "ecn": s.ecn.to_string(),
+        "ecn_ce_reported": s.ecn_ce_reported,
+        "rtt_ms": s.rtt.as_secs_f64() * 1e3,
+        "stats": format!("{s:?}"),
+    })
 }
 
 #[cfg(test)]
