@@ -196,6 +196,10 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             .map_or("trace".into(), |s| s.to_string_lossy().into_owned());
         variant.push(format!("trace-{name}"));
     }
+    if let Some(extra) = &o.link_extra {
+        // Runs with different link settings must not overwrite each other's results.
+        variant.push(link_slug(extra));
+    }
     let link = |loss: f64, rtt: Option<f64>| LinkOptions {
         loss_pct: loss,
         rtt_ms: rtt,
@@ -579,6 +583,19 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
     rows
 }
 
+/// A file-name-safe form of `--link` settings: `reorder=2%,5ms` → `reorder-2-5ms`.
+fn link_slug(settings: &str) -> String {
+    let mut slug = String::new();
+    for c in settings.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.ends_with('-') {
+            slug.push('-');
+        }
+    }
+    slug.trim_matches('-').to_owned()
+}
+
 /// A numeric statistic of the data's sender (the server side of each flow), summed over the
 /// client's threads; `None` when no thread reported it (kernel TCP, UDP).
 fn sender_stat(extra: &Value, key: &str) -> Option<f64> {
@@ -639,5 +656,30 @@ fn add_ratio(rows: &mut [Row], base: &str) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_settings_make_distinct_file_names() {
+        assert_eq!(link_slug("reorder=2%,5ms"), "reorder-2-5ms");
+        assert_eq!(link_slug("reorder=10%,20ms"), "reorder-10-20ms");
+        assert_eq!(link_slug("queue=50ms loss=0.5%"), "queue-50ms-loss-0.5");
+    }
+
+    #[test]
+    fn sender_statistics_are_summed_over_threads() {
+        let extra = json!([
+            {"client": {"packets_lost": 9}, "server": {"packets_lost": 2, "spurious_losses": 1}},
+            {"client": {}, "server": {"packets_lost": 3}},
+            null
+        ]);
+        assert_eq!(sender_stat(&extra, "packets_lost"), Some(5.0));
+        assert_eq!(sender_stat(&extra, "spurious_losses"), Some(1.0));
+        assert_eq!(sender_stat(&extra, "ecn_ce_reported"), None);
+        assert_eq!(sender_stat(&json!("cubic"), "packets_lost"), None);
     }
 }
