@@ -379,7 +379,12 @@ impl Net {
             Some(t) => ["c", "s"]
                 .into_iter()
                 .map(|node| {
-                    let out = t.command(node, "cat").ok()?.arg("/proc/net/snmp").output().ok()?;
+                    let out = t
+                        .command(node, "cat")
+                        .ok()?
+                        .arg("/proc/net/snmp")
+                        .output()
+                        .ok()?;
                     out.status
                         .success()
                         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -467,7 +472,9 @@ fn rcvbuf_errors_of(snmp: &str) -> Option<u64> {
     let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
     let header = udp.next()?;
     let values = udp.next()?;
-    let column = header.split_whitespace().position(|h| h == "RcvbufErrors")?;
+    let column = header
+        .split_whitespace()
+        .position(|h| h == "RcvbufErrors")?;
     values.split_whitespace().nth(column)?.parse().ok()
 }
 

@@ -21,19 +21,6 @@ impl Drop for Killed {
     }
 }
 
-fn prerequisites(test: &str) -> bool {
-    match tern_netem::check_environment() {
-        Ok(()) => {
-            tern_netem::install_signal_cleanup().expect("signal handler");
-            true
-        }
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            false
-        }
-    }
-}
-
 /// One 20 MB `tern perf` from `c` to `s` over a 50 Mbit/s, 20 ms RTT link with a 250 kB queue
 /// and `ecn` settings on the data direction. Returns the client's report line and the data
 /// direction's counters.
@@ -92,7 +79,8 @@ fn lost(report: &str) -> u64 {
 
 #[test]
 fn ecn_marks_hold_the_queue_below_overflow_and_bleaching_is_detected() {
-    if !prerequisites("ecn_marks_hold_the_queue_below_overflow_and_bleaching_is_detected") {
+    let test = "ecn_marks_hold_the_queue_below_overflow_and_bleaching_is_detected";
+    if !tern_netem::test_prerequisites(test) {
         return;
     }
     let (marked, link) = perf("ecn=30kB");

@@ -57,7 +57,9 @@ pub use emulator::Emulator;
 pub use engine::{DirectionEngine, DirectionStats};
 pub use shaper::{QueueLimit, QueueSample, RateModel, Shaper};
 pub use tern_sim::LossModel;
-pub use topology::{check_environment, teardown_all, Role, Topology, TopologySpec};
+pub use topology::{
+    check_environment, teardown_all, test_prerequisites, Role, Topology, TopologySpec,
+};
 pub use trace::Trace;
 pub use units::QueueSpec;
 

@@ -533,6 +533,22 @@ pub struct Topology {
     inner: Arc<Inner>,
 }
 
+/// For a test that needs the emulator: whether this machine can run it (root,
+/// `/dev/net/tun`, `ip netns`), saying `SKIPPED <test>: why` when it cannot. Also installs the
+/// Ctrl-C cleanup handler, so an interrupted test run leaves nothing behind.
+pub fn test_prerequisites(test: &str) -> bool {
+    match check_environment() {
+        Ok(()) => {
+            crate::cleanup::install_signal_cleanup().expect("signal handler");
+            true
+        }
+        Err(e) => {
+            eprintln!("SKIPPED {test}: {e}");
+            false
+        }
+    }
+}
+
 /// Checks the prerequisites: root, `/dev/net/tun`, iproute2 with `ip netns`.
 pub fn check_environment() -> Result<(), Error> {
     if !nix::unistd::geteuid().is_root() {

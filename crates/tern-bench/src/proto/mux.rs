@@ -43,11 +43,7 @@ pub trait Mux: Send + Sync + Sized + 'static {
 
 /// Serves one stream: `R` request, `F` flow (see [`crate::spec`]), or `S`: the serving
 /// connection's statistics as JSON (`stats`), so that a client can report the sender's losses.
-pub async fn serve_stream<W, R>(
-    mut w: W,
-    mut r: R,
-    stats: impl FnOnce() -> Value,
-) -> io::Result<()>
+pub async fn serve_stream<W, R>(mut w: W, mut r: R, stats: impl FnOnce() -> Value) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     R: AsyncRead + Unpin,

@@ -11,20 +11,7 @@ use std::time::Duration;
 use tern_netem::probe::Report;
 use tern_netem::{DirectionConfig, Topology};
 
-/// Whether this machine can run the emulator (root, /dev/net/tun, `ip netns`); prints why not.
-/// Also installs the Ctrl-C cleanup handler, so an interrupted test run leaves nothing behind.
-pub fn prerequisites(test: &str) -> bool {
-    match tern_netem::check_environment() {
-        Ok(()) => {
-            tern_netem::install_signal_cleanup().expect("signal handler");
-            true
-        }
-        Err(e) => {
-            eprintln!("SKIPPED {test}: {e}");
-            false
-        }
-    }
-}
+pub use tern_netem::test_prerequisites as prerequisites;
 
 /// Serializes the tests of one binary that measure timing (two cores, shared).
 pub fn serial() -> MutexGuard<'static, ()> {
