@@ -129,6 +129,11 @@ pub(crate) struct Inner {
     pub(crate) upcalls: Vec<Upcall>,
     /// The driver stopped (socket error or endpoint dropped): why.
     pub(crate) dead: Option<String>,
+    /// `Endpoint::close` was called with this code and reason: every connection is closed,
+    /// and new ones are closed as soon as they arrive.
+    pub(crate) closing: Option<(u64, Vec<u8>)>,
+    /// Tasks waiting in `Endpoint::wait_idle`.
+    pub(crate) idle_waiters: Vec<Waker>,
     pub(crate) gso_segments: usize,
     pub(crate) gro_segments: usize,
 }
@@ -147,6 +152,8 @@ impl Inner {
             accept_waiters: Vec::new(),
             upcalls: Vec::new(),
             dead: None,
+            closing: None,
+            idle_waiters: Vec::new(),
             gso_segments,
             gro_segments,
         }
@@ -164,6 +171,26 @@ impl Inner {
             },
         );
         ConnectionId { handle, generation }
+    }
+
+    /// Whether every connection has finished closing (or the driver stopped).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.dead.is_some()
+            || (self.conns.values().all(|s| s.drained)
+                && self.proto.connection_count() == self.conns.len())
+    }
+
+    /// Closes every connection the application knows of (see `Endpoint::close`).
+    pub(crate) fn close_all(&mut self, now: std::time::Instant) {
+        let Some((code, reason)) = self.closing.clone() else {
+            return;
+        };
+        let handles: Vec<ConnectionHandle> = self.conns.keys().copied().collect();
+        for h in handles {
+            if let Some(c) = self.proto.connection_mut(h) {
+                c.close(now, code, &reason);
+            }
+        }
     }
 
     /// The state of `id`, if it is still that connection.
@@ -267,6 +294,7 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
             if inner.proto.poll_timeout().is_some_and(|t| t <= now) {
                 inner.proto.handle_timeout(now);
             }
+            accept_incoming(&mut inner);
             collect_transmits(&mut inner, now, &mut batches, &mut spare, &socket);
             while let Some(e) = inner.proto.poll_event() {
                 events.push(e);
@@ -378,16 +406,28 @@ fn collect_transmits(
     spare.push(scratch);
 }
 
-/// Wakes the tasks waiting on these events and returns the ones up-calls should see.
-fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(ConnectionId, Event)> {
-    // New incoming connections first, so that their events below find their state.
+/// Registers the connections the core accepted and hands them to `accept`, or, while the
+/// endpoint is closing, closes them at once (before the next transmit, so the close leaves in
+/// the same pass).
+fn accept_incoming(inner: &mut Inner) {
     while let Some(handle) = inner.proto.accept() {
         let id = inner.register(handle);
+        if inner.closing.is_some() {
+            // The endpoint is shutting down: refuse it with the endpoint's close.
+            inner.close_all(runtime::now());
+            continue;
+        }
         inner.incoming.push_back(id);
         for w in inner.accept_waiters.drain(..) {
             w.wake();
         }
     }
+}
+
+/// Wakes the tasks waiting on these events and returns the ones up-calls should see.
+fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(ConnectionId, Event)> {
+    // New incoming connections first, so that their events below find their state.
+    accept_incoming(inner);
     let mut out = Vec::new();
     for (handle, event) in events {
         let Some(id) = inner.id_of(*handle) else {
@@ -473,11 +513,16 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
         }
         s.events.retain(|tx| tx.send(event.clone()).is_ok());
         out.push((id, event.clone()));
-        if matches!(event, Event::Drained)
-            && inner.conns.get(handle).is_some_and(|s| s.handles == 0)
-        {
-            inner.conns.remove(handle);
-            inner.proto.release(*handle);
+        if matches!(event, Event::Drained) {
+            if inner.conns.get(handle).is_some_and(|s| s.handles == 0) {
+                inner.conns.remove(handle);
+                inner.proto.release(*handle);
+            }
+            if inner.is_idle() {
+                for w in inner.idle_waiters.drain(..) {
+                    w.wake();
+                }
+            }
         }
     }
     out
@@ -490,6 +535,9 @@ pub(crate) fn wake_everyone(shared: &Shared) {
         s.wake_all();
     }
     for w in inner.accept_waiters.drain(..) {
+        w.wake();
+    }
+    for w in inner.idle_waiters.drain(..) {
         w.wake();
     }
 }

@@ -163,11 +163,12 @@ impl Endpoint {
         Ok(conn)
     }
 
-    /// Waits for the next incoming connection. `None` if the endpoint stopped.
+    /// Waits for the next incoming connection. `None` if the endpoint stopped or is closing
+    /// ([`Endpoint::close`]).
     pub async fn accept(&self) -> Option<Connection> {
         let id = poll_fn(|cx| {
             let mut inner = self.shared.lock();
-            if inner.dead.is_some() {
+            if inner.dead.is_some() || inner.closing.is_some() {
                 return Poll::Ready(None);
             }
             match inner.incoming.pop_front() {
@@ -192,6 +193,39 @@ impl Endpoint {
     /// Endpoint-level counters (malformed, unroutable, retries, resets, …).
     pub fn stats(&self) -> tern_proto::EndpointStats {
         self.shared.lock().proto.stats().clone()
+    }
+
+    /// Closes every connection of this endpoint with an application `code` and `reason`, as
+    /// [`Connection::close`] does for one, and refuses new ones: `accept` returns `None` from
+    /// now on, and a client that connects meanwhile is closed with the same code as soon as
+    /// its handshake completes. [`Endpoint::wait_idle`] resolves when every peer has the close
+    /// (or its drain period ended). Graceful, unlike [`Endpoint::abort`].
+    pub fn close(&self, code: u64, reason: &[u8]) {
+        let mut inner = self.shared.lock();
+        inner.closing = Some((code, reason.to_vec()));
+        inner.close_all(runtime::now());
+        for w in inner.accept_waiters.drain(..) {
+            w.wake();
+        }
+        drop(inner);
+        self.shared.wake.notify_one();
+    }
+
+    /// Waits until every connection of this endpoint has finished closing: each peer
+    /// acknowledged the close, or the close's drain period (about one probe timeout) ended,
+    /// or the connection timed out. Call it after [`Endpoint::close`] and before the process
+    /// exits, so that peers learn of the close instead of waiting for their idle timeout.
+    /// Resolves at once when there are no connections, or when the endpoint stopped.
+    pub async fn wait_idle(&self) {
+        poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            if inner.is_idle() {
+                return Poll::Ready(());
+            }
+            inner.idle_waiters.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
     }
 
     /// Stops the endpoint at once, as a crash would: nothing more is sent or received, no

@@ -427,3 +427,56 @@ async fn window_close_handover_over_real_sockets() {
     let probes = conn.stats().window_probes;
     assert!((1..=12).contains(&probes), "{probes} polls while closed");
 }
+
+#[tokio::test]
+async fn endpoint_close_reaches_every_peer_and_wait_idle_returns() {
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    let client = client();
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        conns.push(client.connect(addr, Some(key)).await.unwrap());
+        let accepted = server.accept().await.expect("accepted");
+        // The server keeps its handles: closing must not depend on the application dropping them.
+        std::mem::forget(accepted);
+    }
+    server.close(7, b"maintenance");
+    assert!(
+        server.accept().await.is_none(),
+        "a closing endpoint accepts nothing"
+    );
+    tokio::time::timeout(Duration::from_secs(10), server.wait_idle())
+        .await
+        .expect("every close delivered");
+    for conn in &conns {
+        let reason = tokio::time::timeout(Duration::from_secs(10), conn.closed())
+            .await
+            .expect("the client learns of the close");
+        assert_eq!(
+            reason,
+            ConnectionError::ApplicationClosed {
+                code: 7,
+                reason: "maintenance".into()
+            }
+        );
+    }
+    // A client that arrives after the close is closed with the same code.
+    let late = client.connect(addr, Some(key)).await;
+    match late {
+        Ok(conn) => {
+            let reason = tokio::time::timeout(Duration::from_secs(10), conn.closed())
+                .await
+                .expect("closed");
+            assert!(matches!(
+                reason,
+                ConnectionError::ApplicationClosed { code: 7, .. }
+            ));
+        }
+        Err(e) => assert!(e.to_string().contains('7'), "{e}"),
+    }
+    client.close(0, b"");
+    tokio::time::timeout(Duration::from_secs(10), client.wait_idle())
+        .await
+        .expect("client idle");
+}
