@@ -12,6 +12,9 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::util;
 use crate::ServerArgs;
 
+/// The largest message the echo server takes and sends back (the client sends up to 1 MiB).
+const MAX_ECHO: usize = 16 << 20;
+
 /// Serves echo clients until interrupted.
 pub(crate) async fn serve(args: &ServerArgs) -> Result<()> {
     let ep = util::bind_server(args, "tern echo")?;
@@ -24,8 +27,7 @@ async fn serve_on(ep: tern::Endpoint) {
         tokio::spawn(async move {
             while let Ok((mut tx, mut rx)) = conn.accept_bi().await {
                 tokio::spawn(async move {
-                    let mut m = Vec::new();
-                    if rx.read_to_end(&mut m).await.is_ok() {
+                    if let Ok(m) = rx.read_to_end(MAX_ECHO).await {
                         let _ = tx.write_all(&m).await;
                         let _ = tx.finish();
                     }
@@ -41,7 +43,6 @@ async fn tern_round_trips(
     count: usize,
 ) -> Result<Vec<Duration>> {
     let msg = vec![0x5au8; size];
-    let mut back = Vec::with_capacity(size);
     let mut rtts = Vec::with_capacity(count);
     for _ in 0..count {
         let t = Instant::now();
@@ -50,11 +51,10 @@ async fn tern_round_trips(
             tx.write_all(&msg).await?;
             tx.finish()
         };
-        back.clear();
-        let reader = rx.read_to_end(&mut back);
+        let reader = rx.read_to_end(MAX_ECHO);
         let (w, r) = tokio::join!(writer, reader);
         w?;
-        r?;
+        let back = r?;
         rtts.push(t.elapsed());
         if back.len() != size {
             bail!("echo returned {} bytes, sent {size}", back.len());

@@ -254,12 +254,11 @@ pub(crate) async fn receive_file(
     let result: Result<()> = async {
         while got < size {
             let want = CHUNK.min((size - got) as usize);
-            let n = rx.read(&mut buf[..want]).await?;
-            if n == 0 {
+            let Some(n) = rx.read(&mut buf[..want]).await? else {
                 bail!(
                     "the sender stopped after {got} of {size} bytes; the part is kept for resuming"
                 );
-            }
+            };
             out.write_all(&buf[..n])
                 .await
                 .with_context(|| format!("cannot write {}", part.display()))?;
@@ -362,8 +361,7 @@ async fn demo_in(dir: &Path) -> Result<()> {
             let got = receive_file(tx, rx, &inbox, true).await?;
             // Then echo round trips.
             while let Ok((mut tx, mut rx)) = conn.accept_bi().await {
-                let mut m = Vec::new();
-                rx.read_to_end(&mut m).await?;
+                let m = rx.read_to_end(1 << 20).await?;
                 tx.write_all(&m).await?;
                 tx.finish()?;
             }
@@ -397,8 +395,7 @@ async fn demo_in(dir: &Path) -> Result<()> {
             let (mut tx, mut rx) = conn.open_bi().await?;
             tx.write_all(&vec![7u8; size]).await?;
             tx.finish()?;
-            let mut back = Vec::with_capacity(size);
-            rx.read_to_end(&mut back).await?;
+            let back = rx.read_to_end(size).await?;
             if back.len() != size {
                 bail!("echo returned {} bytes, sent {size}", back.len());
             }

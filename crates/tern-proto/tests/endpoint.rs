@@ -484,3 +484,71 @@ fn a_receive_batch_of_thousands_of_packets_is_acknowledged_in_full() {
     assert_eq!(stats.spurious_losses, 0);
     assert_eq!(stats.bytes_retransmitted, 0);
 }
+
+#[test]
+fn a_flow_whose_first_frame_is_a_reset_is_announced() {
+    // The peer learns of a flow from whatever frame names it first; a flow reset before any
+    // of its data left is opened by the ResetFlow, and the application must hear of it.
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    Pair::events(&mut pair.server);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.reset_flow(flow, 5).unwrap();
+    pair.exchange();
+    let events = Pair::events(&mut pair.server);
+    assert!(
+        events
+            .iter()
+            .any(|(h, e)| *h == s && matches!(e, Event::FlowOpened { dir: Dir::Uni })),
+        "{events:?}"
+    );
+    let server = pair.server.connection_mut(s).unwrap();
+    let id = server
+        .accept_flow(Dir::Uni)
+        .expect("the flow is there to accept");
+    let mut buf = [0u8; 8];
+    assert_eq!(server.read(id, &mut buf), Err(ReadError::Reset(5)));
+}
+
+#[test]
+fn stopping_a_flow_frees_what_it_buffered() {
+    // Data nobody will read must not keep its memory, nor its share of the connection
+    // window; and a flow that arrived whole is discarded without a StopSending.
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let whole = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(whole, &[1u8; 20_000]).unwrap();
+    conn.finish(whole).unwrap();
+    let open = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(open, &[2u8; 20_000]).unwrap();
+    // Until both arrived (pacing spreads them over a few timer steps).
+    pair.exchange();
+    for _ in 0..50 {
+        if pair.server.connection(s).unwrap().recv_buffered() >= 40_000 {
+            break;
+        }
+        pair.advance();
+    }
+    let server = pair.server.connection_mut(s).unwrap();
+    let a = server.accept_flow(Dir::Uni).unwrap();
+    let b = server.accept_flow(Dir::Uni).unwrap();
+    assert_eq!(server.recv_buffered(), 40_000);
+    server.stop_flow(a, 1).unwrap();
+    server.stop_flow(b, 2).unwrap();
+    assert_eq!(server.recv_buffered(), 0);
+    let mut buf = [0u8; 8];
+    assert_eq!(server.read(b, &mut buf), Err(ReadError::ClosedFlow));
+    pair.exchange();
+    // Only the flow still open was stopped on the wire: its writer hears of it.
+    let events = Pair::events(&mut pair.client);
+    let stopped: Vec<_> = events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            Event::FlowStopped { id, code } => Some((*id, *code)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stopped, vec![(open, 2)]);
+}

@@ -1,7 +1,6 @@
 //! Connections and flows as async objects.
 
 use std::future::poll_fn;
-use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -9,12 +8,12 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tern_proto::{
     ConnectionError, ConnectionStats, DatagramError, Dir, Event, FlowId, Message, MessageId,
-    MessageOptions, OpenError, PublicKey, ReadError, SendMessageError, WriteError,
+    MessageOptions, OpenError, PublicKey, SendMessageError,
 };
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::mpsc;
 
 use crate::driver::{ConnectionId, Shared};
+use crate::flow::{RecvFlow, SendFlow};
 
 /// An established tern connection. Cheap to clone; every clone is the same connection.
 ///
@@ -57,7 +56,7 @@ impl std::fmt::Debug for Connection {
 }
 
 /// The error of an operation on a closed connection.
-fn closed_error(shared: &Shared, id: ConnectionId) -> ConnectionError {
+pub(crate) fn closed_error(shared: &Shared, id: ConnectionId) -> ConnectionError {
     let mut inner = shared.lock();
     if let Some(reason) = inner.state(id).and_then(|s| s.error.clone()) {
         return reason;
@@ -67,10 +66,6 @@ fn closed_error(shared: &Shared, id: ConnectionId) -> ConnectionError {
         .connection(id.handle)
         .and_then(|c| c.close_reason().cloned())
         .unwrap_or(ConnectionError::TimedOut)
-}
-
-pub(crate) fn io_error(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error {
-    io::Error::other(e)
 }
 
 impl Connection {
@@ -117,7 +112,7 @@ impl Connection {
         EventStream { rx }
     }
 
-    fn wake_driver(&self) {
+    pub(crate) fn wake_driver(&self) {
         self.shared.wake.notify_one();
     }
 
@@ -451,239 +446,5 @@ impl futures_core::Stream for EventStream {
     type Item = Event;
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
         self.rx.poll_recv(cx)
-    }
-}
-
-/// The sending half of a flow: `AsyncWrite`, plus `finish`, `finished` and `reset`.
-pub struct SendFlow {
-    conn: Connection,
-    id: FlowId,
-}
-
-impl SendFlow {
-    fn new(conn: Connection, id: FlowId) -> Self {
-        Self { conn, id }
-    }
-
-    /// The flow's ID.
-    pub fn id(&self) -> FlowId {
-        self.id
-    }
-
-    /// Ends the flow after the data written so far (FIN).
-    pub fn finish(&mut self) -> io::Result<()> {
-        let mut inner = self.conn.shared.lock();
-        let c = inner
-            .connection(self.conn.id)
-            .ok_or_else(|| io_error(ConnectionError::TimedOut))?;
-        c.finish(self.id).map_err(io_error)?;
-        drop(inner);
-        self.conn.wake_driver();
-        Ok(())
-    }
-
-    /// Waits until everything written, FIN included, was acknowledged by the peer.
-    pub async fn finished(&mut self) -> io::Result<()> {
-        poll_fn(|cx| {
-            let mut inner = self.conn.shared.lock();
-            let Some(s) = inner.state(self.conn.id) else {
-                return Poll::Ready(Err(io_error(ConnectionError::TimedOut)));
-            };
-            if s.finished.contains(&self.id) {
-                return Poll::Ready(Ok(()));
-            }
-            if let Some(code) = s.stopped.get(&self.id) {
-                return Poll::Ready(Err(io_error(WriteError::Stopped(*code))));
-            }
-            if let Some(e) = s.error.clone() {
-                return Poll::Ready(Err(io_error(e)));
-            }
-            s.finish_wakers.insert(self.id, cx.waker().clone());
-            Poll::Pending
-        })
-        .await
-    }
-
-    /// Abandons the flow with an application code.
-    pub fn reset(&mut self, code: u64) -> io::Result<()> {
-        let mut inner = self.conn.shared.lock();
-        if let Some(c) = inner.connection(self.conn.id) {
-            c.reset_flow(self.id, code).map_err(io_error)?;
-        }
-        drop(inner);
-        self.conn.wake_driver();
-        Ok(())
-    }
-
-    /// Queues an owned buffer without copying; waits for room in the send buffer.
-    pub async fn write_chunk(&mut self, data: Bytes) -> io::Result<()> {
-        let mut data = Some(data);
-        poll_fn(|cx| {
-            let mut inner = self.conn.shared.lock();
-            let Some(c) = inner.connection(self.conn.id) else {
-                return Poll::Ready(Err(io_error(ConnectionError::TimedOut)));
-            };
-            let chunk = data.take().unwrap_or_default();
-            match c.write_bytes(self.id, chunk.clone()) {
-                Ok(_) => {
-                    drop(inner);
-                    self.conn.wake_driver();
-                    Poll::Ready(Ok(()))
-                }
-                Err(WriteError::Blocked) => {
-                    data = Some(chunk);
-                    if let Some(s) = inner.state(self.conn.id) {
-                        s.write_wakers.insert(self.id, cx.waker().clone());
-                    }
-                    Poll::Pending
-                }
-                Err(e) => Poll::Ready(Err(io_error(e))),
-            }
-        })
-        .await
-    }
-}
-
-impl AsyncWrite for SendFlow {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let mut inner = this.conn.shared.lock();
-        let Some(c) = inner.connection(this.conn.id) else {
-            drop(inner);
-            return Poll::Ready(Err(io_error(closed_error(&this.conn.shared, this.conn.id))));
-        };
-        match c.write(this.id, buf) {
-            Ok(n) => {
-                drop(inner);
-                this.conn.wake_driver();
-                Poll::Ready(Ok(n))
-            }
-            Err(WriteError::Blocked) => {
-                if let Some(s) = inner.state(this.conn.id) {
-                    s.write_wakers.insert(this.id, cx.waker().clone());
-                }
-                Poll::Pending
-            }
-            Err(WriteError::ConnectionClosed) => {
-                drop(inner);
-                Poll::Ready(Err(io_error(closed_error(&this.conn.shared, this.conn.id))))
-            }
-            Err(e) => Poll::Ready(Err(io_error(e))),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        // Data is handed to the protocol at once; delivery is awaited with `finished`.
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        match this.finish() {
-            Ok(()) => Poll::Ready(Ok(())),
-            // Finishing twice is not an error for a shutdown.
-            Err(e) if e.get_ref().is_some_and(|e| e.is::<WriteError>()) => Poll::Ready(Ok(())),
-            Err(e) => Poll::Ready(Err(e)),
-        }
-    }
-}
-
-/// The receiving half of a flow: `AsyncRead`, plus zero-copy `read_chunk` and `stop`.
-pub struct RecvFlow {
-    conn: Connection,
-    id: FlowId,
-}
-
-impl RecvFlow {
-    fn new(conn: Connection, id: FlowId) -> Self {
-        Self { conn, id }
-    }
-
-    /// The flow's ID.
-    pub fn id(&self) -> FlowId {
-        self.id
-    }
-
-    /// The next chunk of in-order data (at most `max` bytes) without copying; `None` at the
-    /// end of the flow.
-    pub async fn read_chunk(&mut self, max: usize) -> io::Result<Option<Bytes>> {
-        poll_fn(|cx| self.poll_chunk(cx, max)).await
-    }
-
-    fn poll_chunk(&mut self, cx: &mut Context<'_>, max: usize) -> Poll<io::Result<Option<Bytes>>> {
-        let mut inner = self.conn.shared.lock();
-        let Some(c) = inner.connection(self.conn.id) else {
-            drop(inner);
-            return Poll::Ready(Err(io_error(closed_error(&self.conn.shared, self.conn.id))));
-        };
-        match c.read_chunk(self.id, max) {
-            Ok(chunk) => {
-                drop(inner);
-                // Reading may have freed credit for the peer.
-                self.conn.wake_driver();
-                Poll::Ready(Ok(chunk))
-            }
-            Err(ReadError::Blocked) => {
-                if let Some(s) = inner.state(self.conn.id) {
-                    s.read_wakers.insert(self.id, cx.waker().clone());
-                }
-                Poll::Pending
-            }
-            Err(ReadError::ConnectionClosed) => {
-                drop(inner);
-                Poll::Ready(Err(io_error(closed_error(&self.conn.shared, self.conn.id))))
-            }
-            Err(e) => Poll::Ready(Err(io_error(e))),
-        }
-    }
-
-    /// Asks the peer to stop sending; later data is discarded.
-    pub fn stop(&mut self, code: u64) -> io::Result<()> {
-        let mut inner = self.conn.shared.lock();
-        if let Some(c) = inner.connection(self.conn.id) {
-            c.stop_flow(self.id, code).map_err(io_error)?;
-        }
-        drop(inner);
-        self.conn.wake_driver();
-        Ok(())
-    }
-}
-
-impl AsyncRead for RecvFlow {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let mut inner = this.conn.shared.lock();
-        let Some(c) = inner.connection(this.conn.id) else {
-            drop(inner);
-            return Poll::Ready(Err(io_error(closed_error(&this.conn.shared, this.conn.id))));
-        };
-        match c.read(this.id, buf.initialize_unfilled()) {
-            Ok(Some(n)) => {
-                buf.advance(n);
-                drop(inner);
-                this.conn.wake_driver();
-                Poll::Ready(Ok(()))
-            }
-            Ok(None) => Poll::Ready(Ok(())),
-            Err(ReadError::Blocked) => {
-                if let Some(s) = inner.state(this.conn.id) {
-                    s.read_wakers.insert(this.id, cx.waker().clone());
-                }
-                Poll::Pending
-            }
-            Err(ReadError::ConnectionClosed) => {
-                drop(inner);
-                Poll::Ready(Err(io_error(closed_error(&this.conn.shared, this.conn.id))))
-            }
-            Err(e) => Poll::Ready(Err(io_error(e))),
-        }
     }
 }

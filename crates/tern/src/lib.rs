@@ -44,12 +44,14 @@
 mod connection;
 mod driver;
 mod endpoint;
+mod flow;
 pub mod keys;
 mod runtime;
 
-pub use connection::{Connection, EventStream, RecvFlow, RequestError, SendFlow};
+pub use connection::{Connection, EventStream, RequestError};
 pub use driver::{ConnectionId, Upcall};
 pub use endpoint::{entropy, ConnectError, Endpoint};
+pub use flow::{ReadError, ReadExactError, ReadToEndError, RecvFlow, SendFlow, WriteError};
 pub use tern_proto::{
     ConnectionError, ConnectionStats, DatagramError, Dir, EcnState, EndpointConfig, Event, FlowId,
     Message, MessageId, MessageOptions, PublicKey, RetryPolicy, SendMessageError, StaticKeypair,

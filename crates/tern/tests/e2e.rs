@@ -34,10 +34,13 @@ async fn concurrent_flows(ik: bool) {
         for _ in 0..8 {
             let (mut send, mut recv) = conn.accept_bi().await.unwrap();
             tasks.push(tokio::spawn(async move {
+                // Through tokio's AsyncRead and AsyncWrite, as generic code would.
                 let mut data = Vec::new();
-                recv.read_to_end(&mut data).await.unwrap();
+                AsyncReadExt::read_to_end(&mut recv, &mut data)
+                    .await
+                    .unwrap();
                 // Echo everything back.
-                send.write_all(&data).await.unwrap();
+                AsyncWriteExt::write_all(&mut send, &data).await.unwrap();
                 send.finish().unwrap();
                 send.finished().await.unwrap();
             }));
@@ -61,11 +64,7 @@ async fn concurrent_flows(ik: bool) {
                 send.finish().unwrap();
                 payload
             };
-            let reader = async {
-                let mut back = Vec::new();
-                recv.read_to_end(&mut back).await.unwrap();
-                back
-            };
+            let reader = async { recv.read_to_end(1 << 20).await.unwrap() };
             let (sent, back) = tokio::join!(writer, reader);
             assert_eq!(sent, back, "flow {i} came back different");
         }));
@@ -170,8 +169,7 @@ async fn events_stream_and_upcalls_see_the_connection_life() {
             let conn = server.accept().await.unwrap();
             let mut events = conn.events();
             let mut flow = conn.accept_uni().await.unwrap();
-            let mut data = Vec::new();
-            flow.read_to_end(&mut data).await.unwrap();
+            let data = flow.read_to_end(1 << 20).await.unwrap();
             let mut closed = None;
             while let Some(e) = events.next().await {
                 if let Event::Closed(reason) = e {
@@ -383,10 +381,9 @@ async fn window_close_handover_over_real_sockets() {
         let mut buf = vec![0u8; 1 << 16];
         let mut closed_at = None;
         loop {
-            let n = flow.read(&mut buf).await.unwrap();
-            if n == 0 {
+            let Some(n) = flow.read(&mut buf).await.unwrap() else {
                 break;
-            }
+            };
             got.extend_from_slice(&buf[..n]);
             if closed_at.is_none() && got.len() > size / 4 {
                 conn.close_window(1, b"handover");
@@ -479,4 +476,74 @@ async fn endpoint_close_reaches_every_peer_and_wait_idle_returns() {
     tokio::time::timeout(Duration::from_secs(10), client.wait_idle())
         .await
         .expect("client idle");
+}
+
+#[tokio::test]
+async fn dropped_flows_finish_or_stop_and_errors_say_which() {
+    use tern::{ReadError, WriteError};
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let client = client();
+    let conn = client
+        .connect(addr, Some(server.public_key()))
+        .await
+        .unwrap();
+    let peer = server.accept().await.unwrap();
+
+    // A send half dropped without `finish` (an early return) finishes: the peer's read ends.
+    {
+        let mut flow = conn.open_uni().await.unwrap();
+        flow.write_all(b"ten bytes!").await.unwrap();
+    }
+    let mut incoming = peer.accept_uni().await.unwrap();
+    assert_eq!(incoming.read_to_end(100).await.unwrap(), b"ten bytes!");
+
+    // A receive half dropped before the end stops the flow: the writer learns the code.
+    let (mut tx, _rx) = conn.open_bi().await.unwrap();
+    tx.write_all(b"hello").await.unwrap();
+    let (_peer_tx, peer_rx) = peer.accept_bi().await.unwrap();
+    drop(peer_rx);
+
+    let code = tokio::time::timeout(Duration::from_secs(5), tx.stopped())
+        .await
+        .expect("StopSending arrives");
+    assert_eq!(code, Ok(0));
+    assert_eq!(tx.write(b"more").await, Err(WriteError::Stopped(0)));
+
+    // A reset and a closed connection are different errors, without downcasting.
+    let mut flow = conn.open_uni().await.unwrap();
+    flow.write_all(b"partial").await.unwrap();
+    flow.reset(5).unwrap();
+    let mut incoming = peer.accept_uni().await.unwrap();
+    let mut buf = [0u8; 64];
+    let err = loop {
+        match incoming.read(&mut buf).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("a reset flow must not end cleanly"),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err, ReadError::Reset(5));
+    let io: std::io::Error = err.into();
+    assert_eq!(io.kind(), std::io::ErrorKind::ConnectionReset);
+
+    let mut open = conn.open_uni().await.unwrap();
+    open.write_all(b"x").await.unwrap();
+    let mut waiting = peer.accept_uni().await.unwrap();
+    assert_eq!(waiting.read(&mut buf).await, Ok(Some(1)));
+    conn.close(9, b"bye");
+    let err = waiting.read(&mut buf).await.unwrap_err();
+    assert_eq!(
+        err,
+        ReadError::ConnectionLost(ConnectionError::ApplicationClosed {
+            code: 9,
+            reason: "bye".into()
+        })
+    );
+    assert!(matches!(
+        open.write(b"y").await,
+        Err(WriteError::ConnectionLost(ConnectionError::LocallyClosed {
+            code: 9
+        }))
+    ));
 }

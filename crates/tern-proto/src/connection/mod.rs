@@ -377,13 +377,22 @@ impl Connection {
         Ok(())
     }
 
-    /// Asks the peer to stop sending on a flow; received data is discarded from now on.
+    /// Asks the peer to stop sending on a flow; received data is discarded from now on, and
+    /// its share of the connection's credit is given back. A flow that already arrived whole
+    /// (FIN included) is only discarded: nothing more would come, so nothing is sent.
     pub fn stop_flow(&mut self, id: FlowId, code: u64) -> Result<(), ReadError> {
         let recv = self.flows.recv_mut(id).ok_or(ReadError::ClosedFlow)?;
-        if recv.stop.is_none() && !recv.is_finished() {
+        if recv.stop.is_none() && !recv.is_finished() && recv.reset.is_none() {
+            let whole = recv.fully_received();
             recv.stop = Some(code);
-            recv.stop_pending = true;
-            self.flows.mark_ready(id);
+            recv.stop_pending = !whole;
+            let discarded = recv.discard();
+            self.flows.on_consumed(discarded);
+            if whole {
+                self.flows.reap(id);
+            } else {
+                self.flows.mark_ready(id);
+            }
         }
         Ok(())
     }
@@ -413,6 +422,10 @@ impl Connection {
         let recv = self.flows.recv_mut(id).ok_or(ReadError::ClosedFlow)?;
         if let Some(code) = recv.reset {
             return Err(ReadError::Reset(code));
+        }
+        if recv.stop.is_some() {
+            // We stopped it: its data was discarded and nothing more will be kept.
+            return Err(ReadError::ClosedFlow);
         }
         Ok(recv)
     }

@@ -162,7 +162,16 @@ impl Connection {
             let frame =
                 frame.map_err(|_| (TransportErrorCode::FRAME_ENCODING_ERROR, "malformed frame"))?;
             ack_eliciting |= frame.is_ack_eliciting();
+            // Any frame about a flow the peer has not used yet opens it (and the lower-numbered
+            // ones): Flow data, but also a ResetFlow or StopSending that arrives first.
+            let waiting = [self.flows.incoming[0].len(), self.flows.incoming[1].len()];
             self.process_frame(now, frame)?;
+            for d in [Dir::Bi, Dir::Uni] {
+                let i = FlowSet::dir_index(d);
+                if self.flows.incoming[i].len() > waiting[i] {
+                    self.events.push_back(Event::FlowOpened { dir: d });
+                }
+            }
             if self.is_closed() {
                 break;
             }
@@ -476,7 +485,6 @@ impl Connection {
         data: &[u8],
         fin: bool,
     ) -> Result<(), FrameError> {
-        let before = self.flows.incoming[0].len() + self.flows.incoming[1].len();
         let state = self.flows.get_or_open_remote(id, true).map_err(flow_err)?;
         let Some(recv) = state.and_then(|s| s.recv.as_mut()) else {
             return Ok(());
@@ -493,21 +501,17 @@ impl Connection {
             ),
         })?;
         let readable = recv.readable() > 0 || recv.final_size == Some(recv.read);
+        let stopped = recv.stop.is_some();
         self.flows.data_received += grown;
+        if stopped {
+            // Nobody reads a stopped flow: what arrives is consumed at once.
+            self.flows.on_consumed(grown);
+        }
         if self.flows.data_received > self.flows.local_max_data {
             return Err((
                 TransportErrorCode::FLOW_CONTROL_ERROR,
                 "connection data beyond credit",
             ));
-        }
-        let after = self.flows.incoming[0].len() + self.flows.incoming[1].len();
-        if after > before {
-            for d in [Dir::Bi, Dir::Uni] {
-                let n = self.flows.incoming[FlowSet::dir_index(d)].len();
-                if n > 0 {
-                    self.events.push_back(Event::FlowOpened { dir: d });
-                }
-            }
         }
         if readable && !was_readable {
             self.events.push_back(Event::FlowReadable(id));

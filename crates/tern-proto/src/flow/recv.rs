@@ -69,7 +69,12 @@ impl RecvFlow {
         }
         let new_highest = end.saturating_sub(self.highest);
         self.highest = self.highest.max(end);
-        if self.reset.is_some() || self.stop.is_some() {
+        if self.stop.is_some() {
+            // Stopped: everything received counts as read (and consumed, see `discard`).
+            self.read = self.highest;
+            return Ok(new_highest);
+        }
+        if self.reset.is_some() {
             return Ok(new_highest);
         }
         // Store only the parts not already held, so duplicates cannot grow memory.
@@ -94,6 +99,23 @@ impl RecvFlow {
     fn store(&mut self, at: u64, bytes: &[u8]) {
         self.received.insert(at..at + bytes.len() as u64);
         self.chunks.insert(at, Bytes::copy_from_slice(bytes));
+    }
+
+    /// The application stopped the flow: drops what is buffered and counts everything received
+    /// so far as read. Returns how many bytes that newly counts as read, for the connection's
+    /// credit (data nobody will read must not keep its share of the connection window).
+    pub(crate) fn discard(&mut self) -> u64 {
+        let newly = self.highest.saturating_sub(self.read);
+        self.chunks.clear();
+        self.received = RangeSet::new();
+        self.read = self.highest;
+        newly
+    }
+
+    /// Every byte up to the final size has arrived (whether read or not).
+    pub(crate) fn fully_received(&self) -> bool {
+        self.final_size
+            .is_some_and(|f| f == self.read || self.received.contains_range(self.read..f))
     }
 
     /// Bytes readable in order right now.

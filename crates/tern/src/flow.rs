@@ -1,0 +1,544 @@
+//! Flows as async objects: [`SendFlow`] and [`RecvFlow`], with typed errors that tell a reset
+//! from a closed connection, the `AsyncWrite`/`AsyncRead` impls for code written against
+//! tokio's traits, and what dropping a half does.
+//!
+//! The inherent methods follow quinn's `SendStream`/`RecvStream` (`write`, `write_all`,
+//! `finish`, `reset`, `stopped`; `read`, `read_exact`, `read_to_end`, `read_chunk`, `stop`),
+//! so code ported from quinn reads the same. Each error type converts into `io::Error` (with a
+//! matching `ErrorKind`, the typed error inside), for code that returns `io::Result`.
+
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tern_proto::{ConnectionError, FlowId};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::connection::{closed_error, Connection};
+
+/// Why writing to a flow (or finishing, resetting or waiting on it) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteError {
+    /// The peer asked us to stop sending (StopSending) with this application code; what it
+    /// had not received is discarded.
+    #[error("peer stopped the flow with code {0}")]
+    Stopped(u64),
+    /// This flow was already finished or reset by us.
+    #[error("flow already finished or reset")]
+    ClosedFlow,
+    /// The connection ended (closed, timed out, reset).
+    #[error("connection lost: {0}")]
+    ConnectionLost(ConnectionError),
+}
+
+/// Why reading from a flow failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The peer abandoned the flow (ResetFlow) with this application code.
+    #[error("peer reset the flow with code {0}")]
+    Reset(u64),
+    /// We stopped this flow (`stop`) or already read it to its end.
+    #[error("flow stopped or already read to its end")]
+    ClosedFlow,
+    /// The connection ended (closed, timed out, reset).
+    #[error("connection lost: {0}")]
+    ConnectionLost(ConnectionError),
+}
+
+/// Why [`RecvFlow::read_to_end`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadToEndError {
+    /// Reading failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The flow carried more than the limit given.
+    #[error("flow longer than {0} bytes")]
+    TooLong(usize),
+}
+
+/// Why [`RecvFlow::read_exact`] failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadExactError {
+    /// Reading failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// The flow ended after this many bytes, before the buffer was full.
+    #[error("flow ended after {0} bytes")]
+    FinishedEarly(usize),
+}
+
+impl From<WriteError> for io::Error {
+    fn from(e: WriteError) -> Self {
+        let kind = match e {
+            WriteError::Stopped(_) => io::ErrorKind::ConnectionReset,
+            WriteError::ClosedFlow => io::ErrorKind::NotConnected,
+            WriteError::ConnectionLost(_) => io::ErrorKind::ConnectionAborted,
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+impl From<ReadError> for io::Error {
+    fn from(e: ReadError) -> Self {
+        let kind = match e {
+            ReadError::Reset(_) => io::ErrorKind::ConnectionReset,
+            ReadError::ClosedFlow => io::ErrorKind::NotConnected,
+            ReadError::ConnectionLost(_) => io::ErrorKind::ConnectionAborted,
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+impl From<ReadToEndError> for io::Error {
+    fn from(e: ReadToEndError) -> Self {
+        match e {
+            ReadToEndError::Read(e) => e.into(),
+            e @ ReadToEndError::TooLong(_) => io::Error::new(io::ErrorKind::InvalidData, e),
+        }
+    }
+}
+
+impl From<ReadExactError> for io::Error {
+    fn from(e: ReadExactError) -> Self {
+        match e {
+            ReadExactError::Read(e) => e.into(),
+            e @ ReadExactError::FinishedEarly(_) => io::Error::new(io::ErrorKind::UnexpectedEof, e),
+        }
+    }
+}
+
+/// The sending half of a flow.
+///
+/// **Dropping it finishes the flow**, as quinn does with a dropped `SendStream`: what was
+/// written is delivered and the peer's read ends normally. That suits the common pattern of
+/// writing and letting the half go out of scope; but a flow abandoned halfway (an early `?`
+/// return) then looks complete to the peer. Where that matters, call [`SendFlow::reset`]
+/// before giving up: the peer's read then fails with [`ReadError::Reset`].
+pub struct SendFlow {
+    conn: Connection,
+    id: FlowId,
+    /// `finish` or `reset` was called (or the flow failed for good): nothing to do on drop.
+    closed: bool,
+}
+
+impl SendFlow {
+    pub(crate) fn new(conn: Connection, id: FlowId) -> Self {
+        Self {
+            conn,
+            id,
+            closed: false,
+        }
+    }
+
+    /// The flow's ID.
+    pub fn id(&self) -> FlowId {
+        self.id
+    }
+
+    fn lost(&self) -> WriteError {
+        WriteError::ConnectionLost(closed_error(&self.conn.shared, self.conn.id))
+    }
+
+    fn error_of(&self, e: tern_proto::WriteError) -> WriteError {
+        match e {
+            tern_proto::WriteError::Stopped(code) => WriteError::Stopped(code),
+            tern_proto::WriteError::ConnectionClosed => self.lost(),
+            _ => WriteError::ClosedFlow,
+        }
+    }
+
+    /// Writes as much of `buf` as the send buffer takes (at least one byte), waiting for
+    /// room; returns how much.
+    pub async fn write(&mut self, buf: &[u8]) -> Result<usize, WriteError> {
+        poll_fn(|cx| self.poll_write_buf(cx, buf)).await
+    }
+
+    /// Writes all of `buf`, waiting for room in the send buffer as needed.
+    pub async fn write_all(&mut self, mut buf: &[u8]) -> Result<(), WriteError> {
+        while !buf.is_empty() {
+            let n = self.write(buf).await?;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    fn poll_write_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<Result<usize, WriteError>> {
+        let mut inner = self.conn.shared.lock();
+        let Some(c) = inner.connection(self.conn.id) else {
+            drop(inner);
+            return Poll::Ready(Err(self.lost()));
+        };
+        match c.write(self.id, buf) {
+            Ok(n) => {
+                drop(inner);
+                self.conn.wake_driver();
+                Poll::Ready(Ok(n))
+            }
+            Err(tern_proto::WriteError::Blocked) => {
+                if let Some(s) = inner.state(self.conn.id) {
+                    s.write_wakers.insert(self.id, cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            Err(e) => {
+                drop(inner);
+                Poll::Ready(Err(self.error_of(e)))
+            }
+        }
+    }
+
+    /// Queues an owned buffer without copying; waits for room in the send buffer.
+    pub async fn write_chunk(&mut self, data: Bytes) -> Result<(), WriteError> {
+        let mut data = Some(data);
+        poll_fn(|cx| {
+            let mut inner = self.conn.shared.lock();
+            let Some(c) = inner.connection(self.conn.id) else {
+                drop(inner);
+                return Poll::Ready(Err(self.lost()));
+            };
+            let chunk = data.take().unwrap_or_default();
+            match c.write_bytes(self.id, chunk.clone()) {
+                Ok(_) => {
+                    drop(inner);
+                    self.conn.wake_driver();
+                    Poll::Ready(Ok(()))
+                }
+                Err(tern_proto::WriteError::Blocked) => {
+                    data = Some(chunk);
+                    if let Some(s) = inner.state(self.conn.id) {
+                        s.write_wakers.insert(self.id, cx.waker().clone());
+                    }
+                    Poll::Pending
+                }
+                Err(e) => {
+                    drop(inner);
+                    Poll::Ready(Err(self.error_of(e)))
+                }
+            }
+        })
+        .await
+    }
+
+    /// Ends the flow after the data written so far (FIN). Returns at once; [`finished`]
+    /// waits for the peer's acknowledgement.
+    ///
+    /// [`finished`]: SendFlow::finished
+    pub fn finish(&mut self) -> Result<(), WriteError> {
+        let mut inner = self.conn.shared.lock();
+        let Some(c) = inner.connection(self.conn.id) else {
+            drop(inner);
+            return Err(self.lost());
+        };
+        let r = c.finish(self.id);
+        drop(inner);
+        self.closed = true;
+        r.map_err(|e| self.error_of(e))?;
+        self.conn.wake_driver();
+        Ok(())
+    }
+
+    /// Waits until everything written, FIN included, was acknowledged by the peer.
+    pub async fn finished(&mut self) -> Result<(), WriteError> {
+        poll_fn(|cx| {
+            let mut inner = self.conn.shared.lock();
+            let Some(s) = inner.state(self.conn.id) else {
+                drop(inner);
+                return Poll::Ready(Err(self.lost()));
+            };
+            if s.finished.contains(&self.id) {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(code) = s.stopped.get(&self.id) {
+                return Poll::Ready(Err(WriteError::Stopped(*code)));
+            }
+            if let Some(e) = s.error.clone() {
+                return Poll::Ready(Err(WriteError::ConnectionLost(e)));
+            }
+            s.finish_wakers.insert(self.id, cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Waits until the peer stops the flow (StopSending) and returns its code; fails when the
+    /// flow is finished and acknowledged first, or the connection ends.
+    pub async fn stopped(&mut self) -> Result<u64, WriteError> {
+        poll_fn(|cx| {
+            let mut inner = self.conn.shared.lock();
+            let Some(s) = inner.state(self.conn.id) else {
+                drop(inner);
+                return Poll::Ready(Err(self.lost()));
+            };
+            if let Some(code) = s.stopped.get(&self.id) {
+                return Poll::Ready(Ok(*code));
+            }
+            if s.finished.contains(&self.id) {
+                return Poll::Ready(Err(WriteError::ClosedFlow));
+            }
+            if let Some(e) = s.error.clone() {
+                return Poll::Ready(Err(WriteError::ConnectionLost(e)));
+            }
+            s.finish_wakers.insert(self.id, cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Abandons the flow with an application code: nothing more is sent or resent, and the
+    /// peer's read fails with [`ReadError::Reset`].
+    pub fn reset(&mut self, code: u64) -> Result<(), WriteError> {
+        let mut inner = self.conn.shared.lock();
+        let Some(c) = inner.connection(self.conn.id) else {
+            drop(inner);
+            return Err(self.lost());
+        };
+        let r = c.reset_flow(self.id, code);
+        drop(inner);
+        self.closed = true;
+        r.map_err(|e| self.error_of(e))?;
+        self.conn.wake_driver();
+        Ok(())
+    }
+}
+
+impl Drop for SendFlow {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let mut inner = self.conn.shared.lock();
+        if let Some(c) = inner.connection(self.conn.id) {
+            // Finishing a flow the peer stopped, or one already finished, is refused by the
+            // core and needs nothing more.
+            let _ = c.finish(self.id);
+        }
+        drop(inner);
+        self.conn.wake_driver();
+    }
+}
+
+impl std::fmt::Debug for SendFlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendFlow").field("id", &self.id).finish()
+    }
+}
+
+impl AsyncWrite for SendFlow {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write_buf(cx, buf).map_err(Into::into)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        // Data is handed to the protocol at once; delivery is awaited with `finished`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().finish() {
+            // Finishing twice is not an error for a shutdown.
+            Ok(()) | Err(WriteError::ClosedFlow) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e.into())),
+        }
+    }
+}
+
+/// The receiving half of a flow.
+///
+/// **Dropping it before the end stops the flow**: the peer is sent StopSending (code 0), so
+/// it stops sending data nobody will read, and its writes fail with
+/// [`WriteError::Stopped`]. Dropping it after reading to the end, or after a reset, sends
+/// nothing.
+pub struct RecvFlow {
+    conn: Connection,
+    id: FlowId,
+    /// Read to its end, reset, or stopped: nothing to do on drop.
+    closed: bool,
+}
+
+impl RecvFlow {
+    pub(crate) fn new(conn: Connection, id: FlowId) -> Self {
+        Self {
+            conn,
+            id,
+            closed: false,
+        }
+    }
+
+    /// The flow's ID.
+    pub fn id(&self) -> FlowId {
+        self.id
+    }
+
+    fn error_of(&mut self, e: tern_proto::ReadError) -> ReadError {
+        match e {
+            tern_proto::ReadError::Reset(code) => {
+                self.closed = true;
+                ReadError::Reset(code)
+            }
+            tern_proto::ReadError::ConnectionClosed => {
+                ReadError::ConnectionLost(closed_error(&self.conn.shared, self.conn.id))
+            }
+            _ => {
+                self.closed = true;
+                ReadError::ClosedFlow
+            }
+        }
+    }
+
+    /// Runs a read on the core under the lock. Blocked: the task waits for the flow's next
+    /// `FlowReadable` (registered under the same lock, so no wake-up is lost). The end of the
+    /// flow (`Ok(None)`) or an error leaves nothing for `Drop` to do.
+    fn poll_core<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        read: impl FnOnce(&mut tern_proto::Connection) -> Result<Option<T>, tern_proto::ReadError>,
+    ) -> Poll<Result<Option<T>, ReadError>> {
+        let mut inner = self.conn.shared.lock();
+        let r = match inner.connection(self.conn.id) {
+            Some(c) => read(c),
+            None => Err(tern_proto::ReadError::ConnectionClosed),
+        };
+        if matches!(r, Err(tern_proto::ReadError::Blocked)) {
+            if let Some(s) = inner.state(self.conn.id) {
+                s.read_wakers.insert(self.id, cx.waker().clone());
+            }
+            return Poll::Pending;
+        }
+        drop(inner);
+        match r {
+            Ok(v) => {
+                if v.is_none() {
+                    self.closed = true;
+                }
+                // Reading may have freed credit for the peer.
+                self.conn.wake_driver();
+                Poll::Ready(Ok(v))
+            }
+            Err(e) => Poll::Ready(Err(self.error_of(e))),
+        }
+    }
+
+    fn poll_chunk(
+        &mut self,
+        cx: &mut Context<'_>,
+        max: usize,
+    ) -> Poll<Result<Option<Bytes>, ReadError>> {
+        let id = self.id;
+        self.poll_core(cx, |c| c.read_chunk(id, max))
+    }
+
+    fn poll_read_buf(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<Result<Option<usize>, ReadError>> {
+        let id = self.id;
+        self.poll_core(cx, |c| c.read(id, buf))
+    }
+
+    /// Reads in-order data into `buf`; `None` at the end of the flow.
+    pub async fn read(&mut self, buf: &mut [u8]) -> Result<Option<usize>, ReadError> {
+        poll_fn(|cx| self.poll_read_buf(cx, buf)).await
+    }
+
+    /// Fills `buf` exactly, or fails if the flow ends first.
+    pub async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ReadExactError> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.read(&mut buf[filled..]).await? {
+                Some(n) => filled += n,
+                None => return Err(ReadExactError::FinishedEarly(filled)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the whole flow, up to `size_limit` bytes (more is an error, and the flow is
+    /// stopped).
+    pub async fn read_to_end(&mut self, size_limit: usize) -> Result<Vec<u8>, ReadToEndError> {
+        let mut out = Vec::new();
+        while let Some(chunk) = self.read_chunk(64 << 10).await? {
+            if out.len() + chunk.len() > size_limit {
+                let _ = self.stop(0);
+                return Err(ReadToEndError::TooLong(size_limit));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    }
+
+    /// The next chunk of in-order data (at most `max` bytes) without copying; `None` at the
+    /// end of the flow.
+    pub async fn read_chunk(&mut self, max: usize) -> Result<Option<Bytes>, ReadError> {
+        poll_fn(|cx| self.poll_chunk(cx, max)).await
+    }
+
+    /// Asks the peer to stop sending (StopSending with `code`); data still arriving is
+    /// discarded and later reads fail with [`ReadError::ClosedFlow`].
+    pub fn stop(&mut self, code: u64) -> Result<(), ReadError> {
+        let mut inner = self.conn.shared.lock();
+        let r = match inner.connection(self.conn.id) {
+            Some(c) => c.stop_flow(self.id, code),
+            None => Err(tern_proto::ReadError::ConnectionClosed),
+        };
+        drop(inner);
+        self.closed = true;
+        r.map_err(|e| self.error_of(e))?;
+        self.conn.wake_driver();
+        Ok(())
+    }
+}
+
+impl Drop for RecvFlow {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let mut inner = self.conn.shared.lock();
+        if let Some(c) = inner.connection(self.conn.id) {
+            // Refused (and needless) when the flow already ended or was reset meanwhile.
+            let _ = c.stop_flow(self.id, 0);
+        }
+        drop(inner);
+        self.conn.wake_driver();
+    }
+}
+
+impl std::fmt::Debug for RecvFlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvFlow").field("id", &self.id).finish()
+    }
+}
+
+impl AsyncRead for RecvFlow {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match this.poll_read_buf(cx, buf.initialize_unfilled()) {
+            Poll::Ready(Ok(Some(n))) => {
+                buf.advance(n);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Ok(None)) => Poll::Ready(Ok(())),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
