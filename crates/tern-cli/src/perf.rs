@@ -95,13 +95,16 @@ pub(crate) async fn client(
         took,
         cpu,
         &format!(
-            "  lost {} pkts ({} spurious), resent {} B, rtt {}, ECN {}, GSO {} segments/send",
+            "  lost {} pkts ({} spurious), resent {} B, rtt {}, ECN {}, {:.1} datagrams/sendmsg",
             s.packets_lost,
             s.spurious_losses,
             s.bytes_retransmitted,
             util::ms(s.rtt),
             s.ecn,
-            ep.gso_segments()
+            {
+                let io = ep.io_stats();
+                io.datagrams_sent as f64 / io.send_calls.max(1) as f64
+            }
         ),
     );
     conn.close(0, b"");

@@ -233,13 +233,14 @@ impl Connection {
     }
 
     /// Sends a request message and waits for the peer's reply to it (the MAR pattern: one
-    /// connection, no flow per request). With a deadline in `opts`, gives up with `None` if
-    /// no reply arrived by then.
+    /// connection, no flow per request). With a deadline in `opts`, gives up with
+    /// [`RequestError::Expired`] if no reply arrived by then; without one, only the
+    /// connection's end stops the wait.
     pub async fn request(
         &self,
         data: Bytes,
         opts: MessageOptions,
-    ) -> Result<Option<Message>, RequestError> {
+    ) -> Result<Message, RequestError> {
         let deadline = opts.deadline.map(|d| crate::runtime::now() + d);
         let id = {
             let now = crate::runtime::now();
@@ -284,12 +285,12 @@ impl Connection {
             None => wait.await,
         };
         match result {
-            Some(m) => Ok(Some(m)),
+            Some(m) => Ok(m),
             None => {
                 let mut inner = self.shared.lock();
                 if let Some(s) = inner.state(self.id) {
                     if s.error.is_none() && !s.drained {
-                        return Ok(None);
+                        return Err(RequestError::Expired);
                     }
                 }
                 drop(inner);
@@ -422,6 +423,10 @@ impl Drop for PendingRequest<'_> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestError {
+    /// The request's deadline passed before the reply arrived (only for requests sent with a
+    /// deadline): the request was given up, and a late reply is dropped.
+    #[error("no reply before the deadline")]
+    Expired,
     /// The request was refused before it was sent (too large for the peer).
     #[error("request not sent: {0}")]
     NotSent(SendMessageError),

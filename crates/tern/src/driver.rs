@@ -6,6 +6,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
@@ -229,6 +230,46 @@ impl Inner {
 pub(crate) struct Shared {
     pub(crate) inner: Mutex<Inner>,
     pub(crate) wake: Notify,
+    /// Counters of the socket I/O, kept outside the lock (the driver sends without it).
+    pub(crate) io: IoCounters,
+}
+
+/// Socket-level counters of an endpoint (see [`crate::IoStats`]).
+#[derive(Default)]
+pub(crate) struct IoCounters {
+    pub(crate) send_calls: AtomicU64,
+    pub(crate) datagrams_sent: AtomicU64,
+    pub(crate) send_errors: AtomicU64,
+    pub(crate) recv_calls: AtomicU64,
+    pub(crate) datagrams_received: AtomicU64,
+}
+
+/// What an endpoint's socket did: how well GSO and GRO batch, and send errors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IoStats {
+    /// `sendmsg` calls (one per GSO batch or single datagram).
+    pub send_calls: u64,
+    /// Datagrams those calls carried: `datagrams_sent / send_calls` is the GSO batch size.
+    pub datagrams_sent: u64,
+    /// Sends the kernel refused (the datagrams are left to loss recovery).
+    pub send_errors: u64,
+    /// Receive calls that returned data (`recvmmsg`, each up to 32 buffers).
+    pub recv_calls: u64,
+    /// Datagrams received (GRO segments counted one by one).
+    pub datagrams_received: u64,
+}
+
+impl IoCounters {
+    pub(crate) fn snapshot(&self) -> IoStats {
+        IoStats {
+            send_calls: self.send_calls.load(Ordering::Relaxed),
+            datagrams_sent: self.datagrams_sent.load(Ordering::Relaxed),
+            send_errors: self.send_errors.load(Ordering::Relaxed),
+            recv_calls: self.recv_calls.load(Ordering::Relaxed),
+            datagrams_received: self.datagrams_received.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Shared {
@@ -273,6 +314,8 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
             if n == 0 {
                 break;
             }
+            shared.io.recv_calls.fetch_add(1, Ordering::Relaxed);
+            let before = received;
             let now = runtime::now();
             let mut inner = shared.lock();
             for (meta, buf) in metas.iter().zip(bufs.iter_mut()).take(n) {
@@ -283,6 +326,11 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
                     received += 1;
                 }
             }
+            drop(inner);
+            shared
+                .io
+                .datagrams_received
+                .fetch_add((received - before) as u64, Ordering::Relaxed);
         }
         // The budget ran out: more may be waiting, so do not sleep below.
         let more_to_read = received >= RECV_BUDGET;
@@ -323,7 +371,13 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
             let sent = socket
                 .send(batch.destination, batch.ecn, &batch.data, segment)
                 .await;
+            shared.io.send_calls.fetch_add(1, Ordering::Relaxed);
+            shared
+                .io
+                .datagrams_sent
+                .fetch_add(batch.count as u64, Ordering::Relaxed);
             if let Err(e) = sent {
+                shared.io.send_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(dest = %batch.destination, "send error: {e}");
             }
             spare.push(batch.data);

@@ -18,7 +18,7 @@ use crate::runtime::{self, Socket};
 pub enum ConnectError {
     /// The connection could not be started (e.g. too many connections).
     #[error(transparent)]
-    Start(#[from] tern_proto::ConnectError),
+    Start(#[from] crate::StartError),
     /// The handshake failed or timed out.
     #[error(transparent)]
     Connection(#[from] ConnectionError),
@@ -82,6 +82,7 @@ impl Endpoint {
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner::new(proto, gso, socket.gro_segments())),
             wake: tokio::sync::Notify::new(),
+            io: Default::default(),
         });
         tokio::spawn(driver::drive(shared.clone(), socket));
         Ok(Self {
@@ -190,8 +191,14 @@ impl Endpoint {
         self.shared.lock().upcalls.push(Arc::new(callback));
     }
 
+    /// What the socket did: `sendmsg` calls and the datagrams they carried (the GSO batch size
+    /// is their ratio), receive calls and datagrams, send errors.
+    pub fn io_stats(&self) -> crate::IoStats {
+        self.shared.io.snapshot()
+    }
+
     /// Endpoint-level counters (malformed, unroutable, retries, resets, …).
-    pub fn stats(&self) -> tern_proto::EndpointStats {
+    pub fn stats(&self) -> crate::EndpointStats {
         self.shared.lock().proto.stats().clone()
     }
 

@@ -49,11 +49,18 @@ pub mod keys;
 mod runtime;
 
 pub use connection::{Connection, EventStream, RequestError};
-pub use driver::{ConnectionId, Upcall};
+pub use driver::{ConnectionId, IoStats, Upcall};
 pub use endpoint::{entropy, ConnectError, Endpoint};
 pub use flow::{ReadError, ReadExactError, ReadToEndError, RecvFlow, SendFlow, WriteError};
+/// Congestion controllers (F10): [`cc::Algorithm`] to pick a built-in one by name,
+/// [`cc::CubicConfig`] and [`cc::NewRenoConfig`] to tune one, and the [`cc::Controller`] and
+/// [`cc::ControllerFactory`] traits to plug in your own (set
+/// [`ConnectionConfig::congestion`]).
+pub use tern_proto::cc;
+/// Why a connection could not even be started (the inner error of [`ConnectError::Start`]).
+pub use tern_proto::ConnectError as StartError;
 pub use tern_proto::{
-    ConnectionError, ConnectionStats, DatagramError, Dir, EcnState, EndpointConfig, Event, FlowId,
-    Message, MessageId, MessageOptions, PublicKey, RetryPolicy, SendMessageError, StaticKeypair,
-    Violation,
+    ConnectionConfig, ConnectionError, ConnectionStats, DatagramError, Dir, EcnState,
+    EndpointConfig, EndpointStats, Event, FlowConfig, FlowId, Message, MessageId, MessageOptions,
+    PublicKey, RetryPolicy, SendMessageError, StaticKeypair, Violation,
 };

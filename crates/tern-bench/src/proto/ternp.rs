@@ -240,12 +240,12 @@ impl Mux for TernClient {
         data.push(u8::from(redundant));
         data.extend_from_slice(&msg[5..]);
         match c.conn.request(Bytes::from(data), opts).await {
-            Ok(Some(m)) if m.data.len() == reply as usize => Ok(true),
-            Ok(Some(m)) => Err(io::Error::other(format!(
+            Ok(m) if m.data.len() == reply as usize => Ok(true),
+            Ok(m) => Err(io::Error::other(format!(
                 "reply of {} bytes, expected {reply}",
                 m.data.len()
             ))),
-            Ok(None) => Ok(false),
+            Err(tern::RequestError::Expired) => Ok(false),
             Err(e) => Err(io::Error::other(e.to_string())),
         }
     }
@@ -259,7 +259,9 @@ impl Mux for TernClient {
     }
 }
 
-/// A connection's statistics: the loss-recovery figures as numbers, everything as text.
+/// A connection's statistics: the loss-recovery figures as numbers (the collector sums or
+/// maxes them per case, `scenario::summarize`), the ECN state as its name (`testing`,
+/// `capable`, `failed`, `disabled`), and everything as the `Debug` text (`stats`).
 fn stats_json(s: &tern::ConnectionStats) -> Value {
     json!({
         "packets_lost": s.packets_lost,
@@ -268,6 +270,12 @@ fn stats_json(s: &tern::ConnectionStats) -> Value {
         "congestion_events": s.congestion_events,
         "congestion_events_undone": s.congestion_events_undone,
         "datagrams_sent": s.datagrams_sent,
+        "datagrams_received": s.datagrams_received,
+        "datagrams_dropped": s.datagrams_dropped,
+        "nacks_received": s.nacks_received,
+        "nacks_sent": s.nacks_sent,
+        "ptos": s.ptos,
+        "non_congestive_losses": s.non_congestive_losses,
         "reorder_threshold": s.reorder_threshold,
         "reorder_window_ms": s.reorder_window.as_secs_f64() * 1e3,
         "ecn": s.ecn.to_string(),

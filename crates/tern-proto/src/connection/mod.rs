@@ -254,6 +254,7 @@ impl Connection {
         s.rtt_var = p.rtt.var();
         s.min_rtt = p.rtt.min().unwrap_or_default();
         s.cwnd = p.cc.window();
+        s.max_datagram_size = p.mtu;
         s.bytes_in_flight = p.sent.bytes_in_flight;
         let m = p.cc.metrics();
         s.pacing_rate =

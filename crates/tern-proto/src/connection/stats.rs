@@ -69,6 +69,9 @@ pub struct ConnectionStats {
     pub rtt_var: Duration,
     /// See `rtt`.
     pub min_rtt: Duration,
+    /// Largest UDP payload the primary path sends now (its datagram size; PMTU discovery will
+    /// move it, F14).
+    pub max_datagram_size: u16,
     /// Congestion window and bytes in flight of the primary path.
     pub cwnd: u64,
     /// See `cwnd`.
