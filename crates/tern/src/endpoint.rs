@@ -10,7 +10,7 @@ use tern_proto::{ConnectionError, EndpointConfig, Event, PublicKey, StaticKeypai
 
 use crate::connection::Connection;
 use crate::driver::{self, ConnectionId, Inner, Shared};
-use crate::runtime::{self, Socket};
+use crate::runtime::{self, Socket, SocketOptions};
 
 /// Why `connect` failed.
 #[derive(Debug, thiserror::Error)]
@@ -67,10 +67,120 @@ pub fn entropy() -> [u8; 32] {
     seed
 }
 
+/// Sets up an [`Endpoint`]: its identity, whether it serves, where it binds (or the socket it
+/// takes over), the protocol settings and the socket's. Every setting has a default:
+///
+/// | setting | default |
+/// |---|---|
+/// | [`bind`](Self::bind) | `0.0.0.0:0` (any interface, an ephemeral port) |
+/// | [`server`](Self::server) | off: the endpoint only connects |
+/// | [`config`](Self::config) | [`EndpointConfig::new`] with a seed from [`entropy`] |
+/// | [`recv_buffer`](Self::recv_buffer), [`send_buffer`](Self::send_buffer) | 8 MiB each (the kernel caps them at `net.core.rmem_max`/`wmem_max`) |
+/// | [`gso`](Self::gso) | on where the kernel has it |
+///
+/// ```no_run
+/// # async fn f() -> std::io::Result<()> {
+/// use tern::{Endpoint, StaticKeypair};
+/// let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+///     .bind("[::1]:0".parse().unwrap())       // IPv6 loopback
+///     .recv_buffer(32 << 20)
+///     .configure(|c| c.connection.idle_timeout = std::time::Duration::from_secs(60))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "an EndpointBuilder does nothing until build() is called"]
+pub struct EndpointBuilder {
+    config: EndpointConfig,
+    addr: SocketAddr,
+    socket: Option<std::net::UdpSocket>,
+    options: SocketOptions,
+}
+
+impl EndpointBuilder {
+    /// The address to bind (ignored with [`socket`](Self::socket)).
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.addr = addr;
+        self
+    }
+
+    /// Accept connections too (a server needs a known port: see [`bind`](Self::bind)).
+    pub fn server(mut self) -> Self {
+        self.config = self.config.server();
+        self
+    }
+
+    /// Replaces the protocol configuration (its keypair becomes the endpoint's identity).
+    pub fn config(mut self, config: EndpointConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Changes the protocol configuration in place: connection, flow and congestion settings
+    /// ([`EndpointConfig::connection`]), retry policy, limits.
+    pub fn configure(mut self, f: impl FnOnce(&mut EndpointConfig)) -> Self {
+        f(&mut self.config);
+        self
+    }
+
+    /// The socket receive buffer to ask the kernel for, in bytes. Large buffers keep bursts
+    /// at high rates from overflowing it (the kernel's `RcvbufErrors`).
+    pub fn recv_buffer(mut self, bytes: usize) -> Self {
+        self.options.recv_buffer = bytes;
+        self
+    }
+
+    /// The socket send buffer to ask the kernel for, in bytes.
+    pub fn send_buffer(mut self, bytes: usize) -> Self {
+        self.options.send_buffer = bytes;
+        self
+    }
+
+    /// Whether to send GSO batches (one `sendmsg` for up to 64 datagrams) where the kernel
+    /// supports them. Off: one datagram per call (for comparisons, or paths that mishandle
+    /// segmentation offload).
+    pub fn gso(mut self, enabled: bool) -> Self {
+        self.options.gso = enabled;
+        self
+    }
+
+    /// Uses a UDP socket the application created and bound itself (a port handed over by a
+    /// supervisor, a socket with options tern does not set) instead of binding one. tern
+    /// still sets its buffer sizes, non-blocking mode, and the ECN and GRO options.
+    pub fn socket(mut self, socket: std::net::UdpSocket) -> Self {
+        self.socket = Some(socket);
+        self
+    }
+
+    /// Binds (or takes over the socket) and starts the endpoint's task. Must be called inside
+    /// a tokio runtime.
+    pub fn build(self) -> io::Result<Endpoint> {
+        let socket = match self.socket {
+            Some(s) => Socket::from_std(s, self.options)?,
+            None => Socket::bind(self.addr, self.options)?,
+        };
+        Endpoint::start(socket, self.config)
+    }
+}
+
 impl Endpoint {
-    /// Binds `addr` with a full configuration. Must be called inside a tokio runtime.
-    pub fn bind(addr: SocketAddr, mut config: EndpointConfig) -> io::Result<Self> {
-        let socket = Socket::bind(addr)?;
+    /// Sets up an endpoint with identity `keypair`, step by step (see [`EndpointBuilder`]).
+    pub fn builder(keypair: StaticKeypair) -> EndpointBuilder {
+        EndpointBuilder {
+            config: EndpointConfig::new(keypair, entropy()),
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            socket: None,
+            options: SocketOptions::default(),
+        }
+    }
+
+    /// Binds `addr` with a full configuration and default socket settings. Must be called
+    /// inside a tokio runtime.
+    pub fn bind(addr: SocketAddr, config: EndpointConfig) -> io::Result<Self> {
+        Self::start(Socket::bind(addr, SocketOptions::default())?, config)
+    }
+
+    fn start(socket: Socket, mut config: EndpointConfig) -> io::Result<Self> {
         let local = socket.local_addr()?;
         // Application handles may still hold unread data of a closed connection: the
         // runtime frees connections itself when the last handle is gone.
@@ -78,7 +188,13 @@ impl Endpoint {
         let public_key = config.keypair.public();
         let proto = tern_proto::Endpoint::new(config, runtime::now());
         let gso = socket.max_gso_segments();
-        tracing::debug!(%local, gso, gro = socket.gro_segments(), "endpoint bound");
+        tracing::debug!(
+            %local,
+            gso,
+            gro = socket.gro_segments(),
+            recv_buffer = socket.recv_buffer(),
+            "endpoint bound"
+        );
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner::new(proto, gso, socket.gro_segments())),
             wake: tokio::sync::Notify::new(),
@@ -92,15 +208,17 @@ impl Endpoint {
         })
     }
 
-    /// A server on `addr` with identity `keypair` and default settings.
+    /// A server on `addr` with identity `keypair` and default settings (shorthand for
+    /// `Endpoint::builder(keypair).bind(addr).server().build()`).
     pub fn server(addr: SocketAddr, keypair: StaticKeypair) -> io::Result<Self> {
-        Self::bind(addr, EndpointConfig::new(keypair, entropy()).server())
+        Self::builder(keypair).bind(addr).server().build()
     }
 
-    /// A client on an ephemeral port with identity `keypair` and default settings.
+    /// A client on an ephemeral IPv4 port with identity `keypair` and default settings
+    /// (shorthand for `Endpoint::builder(keypair).build()`; use the builder to bind IPv6,
+    /// loopback or a given port).
     pub fn client(keypair: StaticKeypair) -> io::Result<Self> {
-        let any = "0.0.0.0:0".parse().expect("valid address");
-        Self::bind(any, EndpointConfig::new(keypair, entropy()))
+        Self::builder(keypair).build()
     }
 
     /// The bound address.

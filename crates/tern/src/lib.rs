@@ -50,7 +50,7 @@ mod runtime;
 
 pub use connection::{Connection, EventStream, RequestError};
 pub use driver::{ConnectionId, IoStats, Upcall};
-pub use endpoint::{entropy, ConnectError, Endpoint};
+pub use endpoint::{entropy, ConnectError, Endpoint, EndpointBuilder};
 pub use flow::{ReadError, ReadExactError, ReadToEndError, RecvFlow, SendFlow, WriteError};
 /// Congestion controllers (F10): [`cc::Algorithm`] to pick a built-in one by name,
 /// [`cc::CubicConfig`] and [`cc::NewRenoConfig`] to tune one, and the [`cc::Controller`] and

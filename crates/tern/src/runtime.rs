@@ -40,16 +40,39 @@ fn udp_ecn(ecn: EcnCodepoint) -> UdpEcn {
     }
 }
 
+/// How the endpoint's socket is set up (see [`crate::EndpointBuilder`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SocketOptions {
+    /// `SO_RCVBUF` to ask for, bytes (the kernel caps it at `net.core.rmem_max`).
+    pub(crate) recv_buffer: usize,
+    /// `SO_SNDBUF` to ask for, bytes (capped at `net.core.wmem_max`).
+    pub(crate) send_buffer: usize,
+    /// Use GSO batches where the kernel offers them.
+    pub(crate) gso: bool,
+}
+
+impl Default for SocketOptions {
+    /// Buffers sized for bursts at tens of Gbit/s (8 MiB each way), GSO on.
+    fn default() -> Self {
+        Self {
+            recv_buffer: 8 << 20,
+            send_buffer: 8 << 20,
+            gso: true,
+        }
+    }
+}
+
 /// A UDP socket driven through quinn-udp: GSO, GRO and batched receives where the kernel has
 /// them, plain sendmsg/recvmsg where it does not.
 pub(crate) struct Socket {
     io: tokio::net::UdpSocket,
     state: UdpSocketState,
+    gso: bool,
 }
 
 impl Socket {
-    /// Binds `addr` (large buffers, non-blocking).
-    pub(crate) fn bind(addr: SocketAddr) -> io::Result<Self> {
+    /// Binds `addr` (non-blocking).
+    pub(crate) fn bind(addr: SocketAddr, options: SocketOptions) -> io::Result<Self> {
         let domain = socket2::Domain::for_address(addr);
         let sock =
             socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
@@ -58,7 +81,15 @@ impl Socket {
             let _ = sock.set_only_v6(false);
         }
         sock.bind(&addr.into())?;
-        let std_sock: std::net::UdpSocket = sock.into();
+        Self::from_std(sock.into(), options)
+    }
+
+    /// Takes over a socket the application bound itself (any address, any options it set
+    /// before; tern sets its buffers, non-blocking mode and the ECN and GRO options).
+    pub(crate) fn from_std(
+        std_sock: std::net::UdpSocket,
+        options: SocketOptions,
+    ) -> io::Result<Self> {
         let state = UdpSocketState::new(UdpSockRef::from(&std_sock))?;
         // quinn-udp 0.6 asks for receive timestamps, which tern does not use, and reads the
         // control messages into 96 bytes: with GRO, timestamp + GRO + PKTINFO + TOS need 112,
@@ -71,21 +102,36 @@ impl Socket {
         ) {
             tracing::debug!("cannot turn off receive timestamps: {e}");
         }
-        // Buffers sized for bursts at tens of Gbit/s; the kernel caps them at its limits.
-        let _ = state.set_send_buffer_size(UdpSockRef::from(&std_sock), 8 << 20);
-        let _ = state.set_recv_buffer_size(UdpSockRef::from(&std_sock), 8 << 20);
+        // The kernel caps the buffers at its limits; a smaller grant is not an error.
+        let _ = state.set_send_buffer_size(UdpSockRef::from(&std_sock), options.send_buffer);
+        let _ = state.set_recv_buffer_size(UdpSockRef::from(&std_sock), options.recv_buffer);
         std_sock.set_nonblocking(true)?;
         let io = tokio::net::UdpSocket::from_std(std_sock)?;
-        Ok(Self { io, state })
+        Ok(Self {
+            io,
+            state,
+            gso: options.gso,
+        })
+    }
+
+    /// The receive buffer the kernel granted, bytes.
+    pub(crate) fn recv_buffer(&self) -> usize {
+        self.state
+            .recv_buffer_size(UdpSockRef::from(&self.io))
+            .unwrap_or(0)
     }
 
     pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         self.io.local_addr()
     }
 
-    /// How many segments one GSO send may carry (1 when GSO is unavailable).
+    /// How many segments one GSO send may carry (1 when GSO is unavailable or turned off).
     pub(crate) fn max_gso_segments(&self) -> usize {
-        self.state.max_gso_segments()
+        if self.gso {
+            self.state.max_gso_segments()
+        } else {
+            1
+        }
     }
 
     /// How many segments one receive may coalesce (1 without GRO).

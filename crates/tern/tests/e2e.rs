@@ -559,3 +559,42 @@ async fn dropped_flows_finish_or_stop_and_errors_say_which() {
         }))
     ));
 }
+
+#[tokio::test]
+async fn the_builder_binds_ipv6_takes_a_socket_and_turns_gso_off() {
+    // A server on a socket the application bound itself.
+    let std_socket = std::net::UdpSocket::bind("[::1]:0").unwrap();
+    let addr = std_socket.local_addr().unwrap();
+    let server = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .socket(std_socket)
+        .server()
+        .build()
+        .unwrap();
+    assert_eq!(server.local_addr().unwrap(), addr);
+    // A client on IPv6 loopback, one datagram per sendmsg, small buffers.
+    let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .bind("[::1]:0".parse().unwrap())
+        .gso(false)
+        .recv_buffer(1 << 20)
+        .send_buffer(1 << 20)
+        .configure(|c| c.connection.idle_timeout = Duration::from_secs(5))
+        .build()
+        .unwrap();
+    assert!(client.local_addr().unwrap().is_ipv6());
+    assert_eq!(client.gso_segments(), 1);
+    let key = server.public_key();
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        let mut flow = conn.accept_uni().await.unwrap();
+        flow.read_to_end(1 << 20).await.unwrap().len()
+    });
+    let conn = client.connect(addr, Some(key)).await.unwrap();
+    let mut flow = conn.open_uni().await.unwrap();
+    flow.write_all(&[9u8; 300_000]).await.unwrap();
+    flow.finish().unwrap();
+    flow.finished().await.unwrap();
+    assert_eq!(srv.await.unwrap(), 300_000);
+    let io = client.io_stats();
+    assert_eq!(io.datagrams_sent, io.send_calls, "GSO off: {io:?}");
+    assert!(io.send_calls > 200, "{io:?}");
+}
