@@ -5,9 +5,15 @@
 //! NACK-driven loss recovery, pluggable congestion control. This crate runs it over real UDP
 //! sockets with tokio; the protocol itself is the sans-I/O `tern-proto`.
 //!
-//! - [`Endpoint`] binds a socket; `connect` and `accept` give [`Connection`]s.
-//! - A connection opens and accepts flows: [`SendFlow`] (`AsyncWrite`) and [`RecvFlow`]
-//!   (`AsyncRead`).
+//! - [`Endpoint`] binds a socket ([`Endpoint::builder`] for the bind address, socket buffers,
+//!   GSO, or a socket of your own); `connect` and `accept` give [`Connection`]s;
+//!   [`Endpoint::close`] and [`Endpoint::wait_idle`] shut it down gracefully.
+//! - A connection opens and accepts flows: [`SendFlow`] and [`RecvFlow`], with quinn-style
+//!   methods and typed errors ([`WriteError`], [`ReadError`]: a reset is not a lost
+//!   connection), and tokio's `AsyncWrite`/`AsyncRead`. Dropping a `SendFlow` finishes it;
+//!   dropping a `RecvFlow` before its end stops it.
+//! - Messages with deadlines and priorities ([`Connection::request`], [`Connection::reply`]),
+//!   and unreliable datagrams ([`Connection::send_datagram`]).
 //! - Events (F8) come two ways: as a stream per connection ([`Connection::events`]) or as
 //!   up-calls on the endpoint ([`Endpoint::on_event`]).
 //!

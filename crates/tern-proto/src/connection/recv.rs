@@ -164,12 +164,15 @@ impl Connection {
             ack_eliciting |= frame.is_ack_eliciting();
             // Any frame about a flow the peer has not used yet opens it (and the lower-numbered
             // ones): Flow data, but also a ResetFlow or StopSending that arrives first.
+            // The announcement goes before the frame's own events (FlowReadable, …).
             let waiting = [self.flows.incoming[0].len(), self.flows.incoming[1].len()];
+            let first_event = self.events.len();
             self.process_frame(now, frame)?;
-            for d in [Dir::Bi, Dir::Uni] {
+            for d in [Dir::Uni, Dir::Bi] {
                 let i = FlowSet::dir_index(d);
                 if self.flows.incoming[i].len() > waiting[i] {
-                    self.events.push_back(Event::FlowOpened { dir: d });
+                    let at = first_event.min(self.events.len());
+                    self.events.insert(at, Event::FlowOpened { dir: d });
                 }
             }
             if self.is_closed() {

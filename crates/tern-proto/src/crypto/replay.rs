@@ -7,7 +7,7 @@
 pub const WINDOW: u64 = 4096;
 const WORDS: usize = (WINDOW / 64) as usize;
 
-/// Remembers which of the last [`WINDOW`] packet numbers were seen.
+/// Remembers which of the last 4 096 packet numbers (`WINDOW`) were seen.
 #[derive(Debug, Clone)]
 pub struct ReplayWindow {
     /// Largest packet number accepted so far, if any.
