@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::proto::{mux, quic, stream, tcp, ternp, udp};
 use crate::spec::{AgentSpec, ClientReport, Proto, Ready, Role, Work};
+use crate::sysinfo;
 
 fn print_line(v: &impl serde::Serialize) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
@@ -146,6 +147,7 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
                 macro_rules! go {
                     ($m:expr) => {{
                         let m = Arc::new($m);
+                        let port = m.local_port();
                         match &work {
                             Work::Rpc(p) => {
                                 let (s, e, x) = mux::rpc_client(m, p, epoch).await;
@@ -160,6 +162,9 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
                                 report.extra = x;
                             }
                         }
+                        // The receiving socket's kernel drops, while it is still open.
+                        report.udp_socket_drops =
+                            port.and_then(|p| sysinfo::udp_socket_drops_of("self", p));
                     }};
                 }
                 if spec.proto == Proto::Quic {

@@ -100,13 +100,7 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
             .progress_chars("=> "),
     );
     for def in &plan.cases {
-        let mut link = def.link.clone();
-        let seed = format!("seed={}", opts.seed);
-        link.extra = Some(match link.extra {
-            Some(x) => format!("{seed} {x}"),
-            None => seed,
-        });
-        let cfg = plan.profile.emulation(&link)?;
+        let cfg = plan.emulation(def, opts.seed)?;
         for &(proto, tern_mode) in &runs {
             let what = format!(
                 "{proto}{} {}",

@@ -45,6 +45,10 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("sender_packets_lost", "lost pkts", 1.0, 0),
             ("sender_spurious_losses", "spurious", 1.0, 0),
             ("sender_bytes_retransmitted", "resent kB", 1e-3, 0),
+            ("sender_congestion_events", "cuts", 1.0, 0),
+            ("sender_congestion_events_undone", "undone", 1.0, 0),
+            ("link_drops_down", "link drops", 1.0, 0),
+            ("rcvbuf_errors", "rcvbuf drops", 1.0, 0),
         ],
         "startup" => vec![
             ("fct_mean_ms", "completion ms", 1.0, 0),
@@ -62,6 +66,7 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("sender_spurious_losses", "spurious", 1.0, 0),
             ("sender_bytes_retransmitted", "resent kB", 1e-3, 0),
             ("rcvbuf_errors", "rcvbuf drops", 1.0, 0),
+            ("receiver_socket_drops", "socket drops", 1.0, 0),
         ],
         _ => vec![],
     }

@@ -100,9 +100,24 @@ pub struct Case {
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub extra: Value,
     /// UDP datagrams the kernel dropped for a full receive buffer during the case, in the
-    /// client's and server's namespaces (`/proc/net/snmp` RcvbufErrors, after − before).
+    /// client's and server's namespaces together (`/proc/net/snmp` `Udp: RcvbufErrors` +
+    /// `/proc/net/snmp6` `Udp6RcvbufErrors`, after − before). Namespace-wide: on loopback it
+    /// also counts other programs' sockets on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_rcvbuf_errors: Option<u64>,
+    /// `udp_rcvbuf_errors` per namespace: `c` (client) and `s` (server) on an emulated
+    /// topology, `host` on loopback.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub udp_rcvbuf_errors_by_ns: BTreeMap<String, u64>,
+    /// Datagrams the kernel dropped at the client agent's own UDP socket (`/proc/net/udp`
+    /// `drops`, read by the client at the end of its work; tern and quinn only). The client
+    /// is the data's receiver in the flow scenarios.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_socket_drops: Option<u64>,
+    /// The same for the server agent's socket, read by the collector before it kills the
+    /// server (UDP-based protocols).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_socket_drops: Option<u64>,
     /// Set if the run failed; samples may then be partial.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

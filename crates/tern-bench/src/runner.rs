@@ -3,6 +3,7 @@
 //! reads the server's CPU time from /proc and kills it by PID, and adds the emulator's
 //! counters. Background traffic and the CPU hog are agents too.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -17,6 +18,7 @@ use tern_netem::{Direction, EmulationConfig, Topology, TopologySpec};
 use crate::profile::NetKind;
 use crate::results::{Case, CpuUse, LinkStat};
 use crate::spec::{AgentSpec, ClientReport, FlowPlan, Proto, Ready, Role, Work};
+use crate::sysinfo;
 
 /// The network the agents run in.
 pub struct Net {
@@ -334,6 +336,9 @@ impl Net {
             let (mut client, rx) = self.start_client(&spec, tag)?;
             let line = rx.recv_timeout(Duration::from_secs_f64(timeout_s + 5.0));
             let server_cpu = proc_cpu_seconds(server.child.id());
+            // The server socket's own drops, read in its namespace through its /proc entry.
+            case.server_socket_drops =
+                sysinfo::udp_socket_drops_of(&server.child.id().to_string(), ready.addr.port());
             server.kill();
             client.kill();
             let line = match line {
@@ -349,6 +354,7 @@ impl Net {
             case.rpc = report.rpc;
             case.flows = report.flows;
             case.extra = report.extra;
+            case.client_socket_drops = report.udp_socket_drops;
             case.error = report.error;
             case.cpu = Some(CpuUse {
                 client_s: report.cpu_s,
@@ -363,35 +369,50 @@ impl Net {
             case.error = Some(format!("{e:#}"));
         }
         case.links = self.link_stats();
-        case.udp_rcvbuf_errors = rcvbuf_before
-            .zip(self.udp_rcvbuf_errors())
-            .map(|(before, after)| after.saturating_sub(before));
+        if let (Some(before), Some(after)) = (rcvbuf_before, self.udp_rcvbuf_errors()) {
+            let by_ns: BTreeMap<String, u64> = after
+                .iter()
+                .map(|(ns, n)| (ns.clone(), n.saturating_sub(*before.get(ns).unwrap_or(n))))
+                .collect();
+            case.udp_rcvbuf_errors = Some(by_ns.values().sum());
+            case.udp_rcvbuf_errors_by_ns = by_ns;
+        }
         case.wall_s = started.elapsed().as_secs_f64();
         case
     }
 
     /// The kernel's count of UDP datagrams dropped for a full receive buffer
-    /// (`/proc/net/snmp`, `Udp: RcvbufErrors`), summed over the client's and the server's
-    /// network namespaces (one, on loopback). `None` if it cannot be read.
-    fn udp_rcvbuf_errors(&self) -> Option<u64> {
-        let snmp: Vec<String> = match &self.topo {
-            None => vec![std::fs::read_to_string("/proc/net/snmp").ok()?],
-            Some(t) => ["c", "s"]
-                .into_iter()
-                .map(|node| {
-                    let out = t
-                        .command(node, "cat")
-                        .ok()?
-                        .arg("/proc/net/snmp")
-                        .output()
-                        .ok()?;
+    /// ([`sysinfo::udp_rcvbuf_errors`]: `/proc/net/snmp` `Udp: RcvbufErrors` plus
+    /// `/proc/net/snmp6` `Udp6RcvbufErrors`) per network namespace the agents run in: the
+    /// client's (`c`, the data's receiver in flow scenarios) and the server's (`s`) on an
+    /// emulated topology, the collector's own (`host`) on loopback, where both agents run.
+    /// `None` if a counter cannot be read.
+    fn udp_rcvbuf_errors(&self) -> Option<BTreeMap<String, u64>> {
+        match &self.topo {
+            None => {
+                let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+                let snmp6 = std::fs::read_to_string("/proc/net/snmp6").unwrap_or_default();
+                let n = sysinfo::udp_rcvbuf_errors(&snmp, &snmp6)?;
+                Some(BTreeMap::from([("host".to_string(), n)]))
+            }
+            Some(t) => {
+                // /proc/net is the reading process's namespace: read it from inside.
+                let read = |node: &str, file: &str| -> Option<String> {
+                    let out = t.command(node, "cat").ok()?.arg(file).output().ok()?;
                     out.status
                         .success()
                         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-                })
-                .collect::<Option<Vec<_>>>()?,
-        };
-        snmp.iter().map(|text| rcvbuf_errors_of(text)).sum()
+                };
+                ["c", "s"]
+                    .into_iter()
+                    .map(|node| {
+                        let snmp = read(node, "/proc/net/snmp")?;
+                        let snmp6 = read(node, "/proc/net/snmp6").unwrap_or_default();
+                        Some((node.to_string(), sysinfo::udp_rcvbuf_errors(&snmp, &snmp6)?))
+                    })
+                    .collect()
+            }
+        }
     }
 
     /// One bulk TCP (CUBIC) download per path, from the server to the client, until killed.
@@ -466,34 +487,6 @@ impl Net {
     }
 }
 
-/// `RcvbufErrors` of the `Udp:` lines of a `/proc/net/snmp` text (a header line, then the
-/// values line).
-fn rcvbuf_errors_of(snmp: &str) -> Option<u64> {
-    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
-    let header = udp.next()?;
-    let values = udp.next()?;
-    let column = header
-        .split_whitespace()
-        .position(|h| h == "RcvbufErrors")?;
-    values.split_whitespace().nth(column)?.parse().ok()
-}
-
 fn run_quiet(cmd: &mut Command) {
     let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rcvbuf_errors_are_read_from_the_udp_lines() {
-        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
-                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
-                    Udp: 100 2 7 90 5 0\n\
-                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
-                    UdpLite: 0 0 0 0 9 0\n";
-        assert_eq!(rcvbuf_errors_of(snmp), Some(5));
-        assert_eq!(rcvbuf_errors_of("Ip: 1\n"), None);
-    }
 }

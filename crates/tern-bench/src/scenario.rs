@@ -111,6 +111,25 @@ pub struct Plan {
     pub tern_modes: Vec<String>,
 }
 
+impl Plan {
+    /// The emulator configuration of one case (`None` on loopback): the profile with the
+    /// case's link options, then `seed=SEED` and the `--link` settings on every direction of
+    /// every link (later settings override the profile's).
+    pub fn emulation(
+        &self,
+        def: &CaseDef,
+        seed: u64,
+    ) -> anyhow::Result<Option<tern_netem::EmulationConfig>> {
+        let mut link = def.link.clone();
+        let seed = format!("seed={seed}");
+        link.extra = Some(match link.extra {
+            Some(x) => format!("{seed} {x}"),
+            None => seed,
+        });
+        self.profile.emulation(&link)
+    }
+}
+
 /// tern's default modes: messages for the request/response workloads they were made for
 /// (mar, echo-sizes), one flow per request or transfer elsewhere.
 pub fn default_tern_modes(scenario: &str) -> Vec<String> {
@@ -178,8 +197,20 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         Some(t) => Some(profile::trace_pair(t)?),
         None => None,
     };
-    if trace.is_some() && profile.net == NetKind::Loopback {
-        bail!("--trace needs an emulated profile");
+    if profile.net == NetKind::Loopback {
+        // Nothing emulates loopback: these would be ignored, yet name the results file.
+        for (given, what) in [
+            (trace.is_some(), "--trace"),
+            (o.link_extra.is_some(), "--link"),
+            (o.loss.is_some(), "--loss"),
+        ] {
+            if given {
+                bail!(
+                    "{what} needs an emulated profile ({} is loopback)",
+                    profile.name
+                );
+            }
+        }
     }
     let losses: Vec<f64> = match (o.loss, scenario) {
         (Some(l), _) => vec![l],
@@ -446,7 +477,11 @@ fn link_options_of(case: &Case) -> LinkOptions {
     }
 }
 
+/// From the first flow's start to the last completion (NaN if none completed).
 fn span_s(flows: &[crate::results::FlowSample]) -> f64 {
+    if flows.iter().all(|f| f.fct_ms.is_none()) {
+        return f64::NAN;
+    }
     let start = flows
         .iter()
         .map(|f| f.start_ms)
@@ -539,21 +574,56 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                         }
                     }
                 }
-                // Loss recovery as the data's sender saw it (tern, quinn), and the kernel's
-                // receive-buffer drops: a loss declared with no drop is a false one.
+                // Loss recovery as the data's sender (the server) saw it: tern and quinn
+                // (quinn has no spurious-loss count and reports lost bytes, not resent
+                // ones), summed over the client's threads; the reordering allowance tern
+                // learned, the largest of them.
                 for key in [
                     "packets_lost",
                     "spurious_losses",
                     "bytes_retransmitted",
+                    "bytes_lost",
                     "congestion_events",
                     "congestion_events_undone",
+                    "datagrams_sent",
+                    "nacks_received",
+                    "ptos",
+                    "ecn_ce_reported",
                 ] {
-                    if let Some(v) = sender_stat(&case.extra, key) {
+                    if let Some(v) = side_stat(&case.extra, "server", key, Agg::Sum) {
                         m.insert(format!("sender_{key}"), v);
                     }
                 }
+                for key in ["reorder_threshold", "reorder_window_ms"] {
+                    if let Some(v) = side_stat(&case.extra, "server", key, Agg::Max) {
+                        m.insert(format!("sender_{key}"), v);
+                    }
+                }
+                // Drops on the way in: tern's receiver's own queue, the kernel's at the
+                // receiving and the sending socket, and the kernel's receive-buffer drops
+                // in the namespaces. A loss the sender declared while nothing was dropped
+                // anywhere is a false one.
+                if let Some(v) = side_stat(&case.extra, "client", "datagrams_dropped", Agg::Sum) {
+                    m.insert("receiver_datagrams_dropped".into(), v);
+                }
+                if let Some(d) = case.client_socket_drops {
+                    m.insert("receiver_socket_drops".into(), d as f64);
+                }
+                if let Some(d) = case.server_socket_drops {
+                    m.insert("sender_socket_drops".into(), d as f64);
+                }
                 if let Some(drops) = case.udp_rcvbuf_errors {
                     m.insert("rcvbuf_errors".into(), drops as f64);
+                }
+                // And the emulator's drops (queue and loss model) per direction: `down`
+                // (server → client) is the data's.
+                for dir in ["up", "down"] {
+                    let links: Vec<_> = case.links.iter().filter(|l| l.dir == dir).collect();
+                    if !links.is_empty() {
+                        let drops: u64 =
+                            links.iter().map(|l| l.dropped_queue + l.dropped_loss).sum();
+                        m.insert(format!("link_drops_{dir}"), drops as f64);
+                    }
                 }
                 if run.scenario == "startup" {
                     if let (Some(p), Some(f)) = (profile, case.flows.first()) {
@@ -596,15 +666,26 @@ fn link_slug(settings: &str) -> String {
     slug.trim_matches('-').to_owned()
 }
 
-/// A numeric statistic of the data's sender (the server side of each flow), summed over the
+/// How [`side_stat`] combines the threads' values.
+#[derive(Clone, Copy)]
+enum Agg {
+    Sum,
+    Max,
+}
+
+/// A numeric connection statistic of one side of the flows (`server`: the data's sender,
+/// asked for after each thread's last flow; `client`: the receiver), combined over the
 /// client's threads; `None` when no thread reported it (kernel TCP, UDP).
-fn sender_stat(extra: &Value, key: &str) -> Option<f64> {
+fn side_stat(extra: &Value, side: &str, key: &str, agg: Agg) -> Option<f64> {
     let threads = extra.as_array()?;
     let values: Vec<f64> = threads
         .iter()
-        .filter_map(|t| t.get("server")?.get(key)?.as_f64())
+        .filter_map(|t| t.get(side)?.get(key)?.as_f64())
         .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
+    (!values.is_empty()).then(|| match agg {
+        Agg::Sum => values.iter().sum(),
+        Agg::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    })
 }
 
 /// The headline metric of a scenario, and whether lower is better.
@@ -670,6 +751,202 @@ mod tests {
         assert_eq!(link_slug("queue=50ms loss=0.5%"), "queue-50ms-loss-0.5");
     }
 
+    fn opts(scenario: &str, link: Option<&str>) -> RunOpts {
+        RunOpts {
+            scenario: scenario.into(),
+            profile: None,
+            loss: None,
+            trace: None,
+            quick: true,
+            protocols: Some(vec![Proto::Tern, Proto::Tcp, Proto::Quic]),
+            rtts: None,
+            threads: None,
+            tern_mode: None,
+            seed: 7,
+            link_extra: link.map(Into::into),
+            count: None,
+        }
+    }
+
+    #[test]
+    fn link_settings_reach_every_direction_on_top_of_the_profile() {
+        use std::time::Duration;
+        use tern_netem::RateModel;
+        let plain = plan(&opts("long-flow", None)).unwrap();
+        let reordered = plan(&opts("long-flow", Some("reorder=2%,5ms"))).unwrap();
+        let more = plan(&opts("long-flow", Some("reorder=10%,20ms queue=50ms"))).unwrap();
+        assert_eq!(plain.variant, "");
+        assert_eq!(reordered.variant, "reorder-2-5ms");
+        assert_eq!(more.variant, "reorder-10-20ms-queue-50ms");
+        for (p, reorder, delay) in [
+            (&plain, 0.0, Duration::ZERO),
+            (&reordered, 0.02, Duration::from_millis(5)),
+            (&more, 0.10, Duration::from_millis(20)),
+        ] {
+            for def in &p.cases {
+                let cfg = p.emulation(def, 7).unwrap().expect("path50 is emulated");
+                assert!(cfg.links.is_empty(), "every link alike");
+                for d in [&cfg.default.up, &cfg.default.down] {
+                    assert_eq!(d.reorder, reorder);
+                    assert_eq!(d.reorder_delay, delay);
+                    // The profile's settings are kept.
+                    assert_eq!(d.delay, Duration::from_millis(40));
+                    assert!(matches!(d.rate, RateModel::Constant(50_000_000)));
+                    assert_eq!(d.seed, Some(7));
+                }
+            }
+        }
+        let q = more.emulation(&more.cases[0], 7).unwrap().unwrap();
+        assert_eq!(
+            q.default.up.queue,
+            tern_netem::units::parse_queue("50ms").unwrap()
+        );
+        // Nothing emulates loopback: --link, --loss there are refused, not ignored.
+        assert!(plan(&opts("bulk", None))
+            .unwrap()
+            .emulation(&plan(&opts("bulk", None)).unwrap().cases[0], 7)
+            .unwrap()
+            .is_none());
+        assert!(plan(&opts("bulk", Some("reorder=2%,5ms"))).is_err());
+        let mut lossy = opts("bulk", None);
+        lossy.loss = Some(1.0);
+        assert!(plan(&lossy).is_err());
+        // A bad setting fails before anything runs.
+        assert!(plain
+            .profile
+            .emulation(&LinkOptions {
+                extra: Some("reorder=2%".into()),
+                ..Default::default()
+            })
+            .is_err());
+    }
+
+    #[test]
+    fn bulk_rows_carry_the_loss_and_drop_figures() {
+        let tern = Case {
+            protocol: "tern".into(),
+            params: params(&[("size", json!(1000)), ("rep", json!(0))]),
+            flows: vec![crate::results::FlowSample {
+                thread: 0,
+                index: 0,
+                size: 1000,
+                start_ms: 0.0,
+                fct_ms: Some(10.0),
+                received: 1000,
+            }],
+            extra: json!([{
+                "client": {"packets_lost": 0, "datagrams_dropped": 2},
+                "server": {"packets_lost": 4, "spurious_losses": 1, "bytes_retransmitted": 5000,
+                           "congestion_events": 1, "congestion_events_undone": 1,
+                           "reorder_threshold": 9, "reorder_window_ms": 1.5, "ecn": "capable"}
+            }]),
+            udp_rcvbuf_errors: Some(3),
+            client_socket_drops: Some(2),
+            server_socket_drops: Some(0),
+            ..Case::default()
+        };
+        let mut quinn = tern.clone();
+        quinn.protocol = "quic".into();
+        quinn.extra = json!([{"client": {}, "server": {"packets_lost": 7, "bytes_lost": 9000, "congestion_events": 2}}]);
+        let run = RunFile {
+            schema: crate::results::SCHEMA,
+            scenario: "bulk".into(),
+            profile: "loopback".into(),
+            variant: String::new(),
+            date: String::new(),
+            duration_s: 0.0,
+            command: vec![],
+            quick: true,
+            machine: Default::default(),
+            versions: Default::default(),
+            settings: json!({}),
+            cases: vec![tern, quinn],
+            summary: vec![],
+            skipped: vec![],
+        };
+        let rows = summarize(&run);
+        let t = &rows[0].metrics;
+        assert_eq!(t["sender_packets_lost"], 4.0);
+        assert_eq!(t["sender_spurious_losses"], 1.0);
+        assert_eq!(t["sender_bytes_retransmitted"], 5000.0);
+        assert_eq!(t["sender_congestion_events_undone"], 1.0);
+        assert_eq!(t["sender_reorder_threshold"], 9.0);
+        assert_eq!(t["receiver_datagrams_dropped"], 2.0);
+        assert_eq!(t["receiver_socket_drops"], 2.0);
+        assert_eq!(t["sender_socket_drops"], 0.0);
+        assert_eq!(t["rcvbuf_errors"], 3.0);
+        let q = &rows[1].metrics;
+        assert_eq!(q["sender_packets_lost"], 7.0);
+        assert_eq!(q["sender_bytes_lost"], 9000.0);
+        assert_eq!(q["sender_congestion_events"], 2.0);
+        assert!(!q.contains_key("sender_spurious_losses"));
+        assert!(
+            !t.contains_key("link_drops_down"),
+            "loopback has no emulator"
+        );
+        let md = crate::report::markdown(&RunFile {
+            summary: rows,
+            ..run
+        });
+        assert!(md.contains("| lost pkts | spurious |"), "{md}");
+        assert!(md.contains("| rcvbuf drops |"), "{md}");
+    }
+
+    #[test]
+    fn long_flow_rows_carry_the_link_drops_and_no_goodput_when_nothing_completed() {
+        let link = |dir: &str, queue, loss| crate::results::LinkStat {
+            link: "r".into(),
+            dir: dir.into(),
+            offered: 100,
+            delivered_bytes: 0,
+            dropped_queue: queue,
+            dropped_loss: loss,
+            queue_max_bytes: 0,
+        };
+        let flow = |fct_ms| crate::results::FlowSample {
+            thread: 0,
+            index: 0,
+            size: 1000,
+            start_ms: 0.0,
+            fct_ms,
+            received: 900,
+        };
+        let done = Case {
+            protocol: "tern".into(),
+            params: params(&[("size", json!(1000))]),
+            flows: vec![flow(Some(8.0))],
+            links: vec![link("up", 0, 1), link("down", 5, 2)],
+            ..Case::default()
+        };
+        let failed = Case {
+            protocol: "quic".into(),
+            flows: vec![flow(None)],
+            ..done.clone()
+        };
+        let run = RunFile {
+            schema: crate::results::SCHEMA,
+            scenario: "long-flow".into(),
+            profile: "path50".into(),
+            variant: String::new(),
+            date: String::new(),
+            duration_s: 0.0,
+            command: vec![],
+            quick: true,
+            machine: Default::default(),
+            versions: Default::default(),
+            settings: json!({}),
+            cases: vec![done, failed],
+            summary: vec![],
+            skipped: vec![],
+        };
+        let rows = summarize(&run);
+        assert_eq!(rows[0].metrics["link_drops_down"], 7.0);
+        assert_eq!(rows[0].metrics["link_drops_up"], 1.0);
+        assert!((rows[0].metrics["goodput_mbps"] - 0.9).abs() < 1e-9);
+        assert_eq!(rows[1].metrics["failed"], 1.0);
+        assert!(!rows[1].metrics.contains_key("goodput_mbps"));
+    }
+
     #[test]
     fn sender_statistics_are_summed_over_threads() {
         let extra = json!([
@@ -677,9 +954,18 @@ mod tests {
             {"client": {}, "server": {"packets_lost": 3}},
             null
         ]);
-        assert_eq!(sender_stat(&extra, "packets_lost"), Some(5.0));
-        assert_eq!(sender_stat(&extra, "spurious_losses"), Some(1.0));
-        assert_eq!(sender_stat(&extra, "ecn_ce_reported"), None);
-        assert_eq!(sender_stat(&json!("cubic"), "packets_lost"), None);
+        let sender = |x: &Value, key| side_stat(x, "server", key, Agg::Sum);
+        assert_eq!(sender(&extra, "packets_lost"), Some(5.0));
+        assert_eq!(sender(&extra, "spurious_losses"), Some(1.0));
+        assert_eq!(sender(&extra, "ecn_ce_reported"), None);
+        assert_eq!(sender(&json!("cubic"), "packets_lost"), None);
+        assert_eq!(
+            side_stat(&extra, "server", "packets_lost", Agg::Max),
+            Some(3.0)
+        );
+        assert_eq!(
+            side_stat(&extra, "client", "packets_lost", Agg::Sum),
+            Some(9.0)
+        );
     }
 }

@@ -211,6 +211,10 @@ pub struct ClientReport {
     /// Protocol-specific details.
     #[serde(default)]
     pub extra: Value,
+    /// Datagrams the kernel dropped at the client's UDP socket (`/proc/net/udp` `drops`),
+    /// for protocols whose client has one socket (tern, quinn).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_socket_drops: Option<u64>,
     /// Set if the workload failed part-way.
     #[serde(default)]
     pub error: Option<String>,

@@ -120,8 +120,90 @@ pub fn rfc3339(secs: i64) -> String {
     )
 }
 
+/// The kernel's count of UDP datagrams dropped for a full socket receive buffer in one
+/// network namespace: `RcvbufErrors` of the `Udp:` lines of its `/proc/net/snmp` text plus
+/// `Udp6RcvbufErrors` of its `/proc/net/snmp6` text (pass `""` when IPv6 is off). `None` if
+/// the IPv4 counter is not there.
+pub fn udp_rcvbuf_errors(snmp: &str, snmp6: &str) -> Option<u64> {
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let header = udp.next()?;
+    let values = udp.next()?;
+    let column = header
+        .split_whitespace()
+        .position(|h| h == "RcvbufErrors")?;
+    let v4: u64 = values.split_whitespace().nth(column)?.parse().ok()?;
+    let v6 = snmp6
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == "Udp6RcvbufErrors").then(|| f.next()?.parse::<u64>().ok())?
+        })
+        .unwrap_or(0);
+    Some(v4 + v6)
+}
+
+/// Datagrams the kernel dropped at the UDP sockets bound to local port `port` (the `drops`
+/// column, the last, of `/proc/net/udp` and `/proc/net/udp6` texts: full receive buffer,
+/// mostly). `None` if no socket has that port.
+pub fn udp_socket_drops(tables: &[&str], port: u16) -> Option<u64> {
+    let mut found = None;
+    for table in tables {
+        for line in table.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local_port = f
+                .get(1)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if local_port != Some(port) || f.len() < 13 {
+                continue;
+            }
+            if let Some(drops) = f.last().and_then(|d| d.parse::<u64>().ok()) {
+                *found.get_or_insert(0) += drops;
+            }
+        }
+    }
+    found
+}
+
+/// [`udp_socket_drops`] of the namespace of process `pid` (`"self"` for this one), read from
+/// `/proc/<pid>/net/udp` and `udp6`.
+pub fn udp_socket_drops_of(pid: &str, port: u16) -> Option<u64> {
+    let v4 = std::fs::read_to_string(format!("/proc/{pid}/net/udp")).unwrap_or_default();
+    let v6 = std::fs::read_to_string(format!("/proc/{pid}/net/udp6")).unwrap_or_default();
+    udp_socket_drops(&[&v4, &v6], port)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rcvbuf_errors_are_read_from_the_udp_lines() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    Udp: 100 2 7 90 5 0\n\
+                    UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n\
+                    UdpLite: 0 0 0 0 9 0\n";
+        let snmp6 = "Udp6InDatagrams                 \t40\n\
+                     Udp6RcvbufErrors                \t3\n\
+                     UdpLite6RcvbufErrors            \t8\n";
+        assert_eq!(super::udp_rcvbuf_errors(snmp, ""), Some(5));
+        assert_eq!(super::udp_rcvbuf_errors(snmp, snmp6), Some(8));
+        assert_eq!(super::udp_rcvbuf_errors("Ip: 1\n", snmp6), None);
+    }
+
+    #[test]
+    fn socket_drops_are_read_by_port() {
+        let v4 = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                  \x20 12: 0100007F:A1B2 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4242 2 0000000000000000 17\n\
+                  \x20 13: 00000000:0035 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4243 2 0000000000000000 4\n";
+        let v6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+                  \x20 40: 00000000000000000000000001000000:A1B2 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4244 2 0000000000000000 1\n";
+        assert_eq!(super::udp_socket_drops(&[v4, v6], 0xA1B2), Some(18));
+        assert_eq!(super::udp_socket_drops(&[v4], 53), Some(4));
+        assert_eq!(super::udp_socket_drops(&[v4, v6], 4433), None);
+        // This process has no UDP socket on port 1.
+        assert_eq!(super::udp_socket_drops_of("self", 1), None);
+    }
+
     #[test]
     fn dates() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");

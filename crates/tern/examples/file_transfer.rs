@@ -10,7 +10,7 @@
 //! `write_all`, `finish`/`finished`, `accept_uni`, `read_chunk` (no copy) and closing an
 //! endpoint gracefully.
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use tern::{Endpoint, StaticKeypair};
 

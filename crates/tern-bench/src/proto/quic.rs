@@ -103,6 +103,11 @@ impl QuicClient {
         ep.set_default_client_config(cfg);
         Ok(Self { ep, addr })
     }
+
+    /// The client endpoint's UDP port.
+    pub fn local_port(&self) -> Option<u16> {
+        self.ep.local_addr().ok().map(|a| a.port())
+    }
 }
 
 impl Mux for QuicClient {
@@ -133,6 +138,8 @@ impl Mux for QuicClient {
             "packets_lost": s.path.lost_packets,
             "bytes_lost": s.path.lost_bytes,
             "sent_packets": s.path.sent_packets,
+            "datagrams_sent": s.udp_tx.datagrams,
+            "datagrams_received": s.udp_rx.datagrams,
             "cwnd": s.path.cwnd,
             "congestion_events": s.path.congestion_events,
         })

@@ -184,6 +184,11 @@ impl TernClient {
             mode,
         })
     }
+
+    /// The client endpoint's UDP port.
+    pub fn local_port(&self) -> Option<u16> {
+        self.ep.local_addr().ok().map(|a| a.port())
+    }
 }
 
 /// A connection and the way it carries requests.
