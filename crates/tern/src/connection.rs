@@ -116,6 +116,17 @@ impl Connection {
         self.shared.wake.notify_one();
     }
 
+    /// Runs `f` on the core's connection under the lock, then wakes the driver (what `f` did
+    /// may have something to send). `None` if the connection is gone.
+    pub(crate) fn with_core<T>(
+        &self,
+        f: impl FnOnce(&mut tern_proto::Connection) -> T,
+    ) -> Option<T> {
+        let r = self.shared.lock().connection(self.id).map(f);
+        self.wake_driver();
+        r
+    }
+
     async fn open(&self, dir: Dir) -> Result<FlowId, ConnectionError> {
         poll_fn(|cx| {
             let mut inner = self.shared.lock();

@@ -234,17 +234,21 @@ impl SendFlow {
     ///
     /// [`finished`]: SendFlow::finished
     pub fn finish(&mut self) -> Result<(), WriteError> {
-        let mut inner = self.conn.shared.lock();
-        let Some(c) = inner.connection(self.conn.id) else {
-            drop(inner);
-            return Err(self.lost());
-        };
-        let r = c.finish(self.id);
-        drop(inner);
+        let id = self.id;
+        let r = self.conn.with_core(|c| c.finish(id));
+        self.close_with(r)
+    }
+
+    /// Records that `finish` or `reset` was called and turns the core's answer into ours.
+    fn close_with(
+        &mut self,
+        r: Option<Result<(), tern_proto::WriteError>>,
+    ) -> Result<(), WriteError> {
         self.closed = true;
-        r.map_err(|e| self.error_of(e))?;
-        self.conn.wake_driver();
-        Ok(())
+        match r {
+            Some(r) => r.map_err(|e| self.error_of(e)),
+            None => Err(self.lost()),
+        }
     }
 
     /// Waits until everything written, FIN included, was acknowledged by the peer.
@@ -297,33 +301,20 @@ impl SendFlow {
     /// Abandons the flow with an application code: nothing more is sent or resent, and the
     /// peer's read fails with [`ReadError::Reset`].
     pub fn reset(&mut self, code: u64) -> Result<(), WriteError> {
-        let mut inner = self.conn.shared.lock();
-        let Some(c) = inner.connection(self.conn.id) else {
-            drop(inner);
-            return Err(self.lost());
-        };
-        let r = c.reset_flow(self.id, code);
-        drop(inner);
-        self.closed = true;
-        r.map_err(|e| self.error_of(e))?;
-        self.conn.wake_driver();
-        Ok(())
+        let id = self.id;
+        let r = self.conn.with_core(|c| c.reset_flow(id, code));
+        self.close_with(r)
     }
 }
 
 impl Drop for SendFlow {
     fn drop(&mut self) {
-        if self.closed {
-            return;
-        }
-        let mut inner = self.conn.shared.lock();
-        if let Some(c) = inner.connection(self.conn.id) {
+        if !self.closed {
             // Finishing a flow the peer stopped, or one already finished, is refused by the
             // core and needs nothing more.
-            let _ = c.finish(self.id);
+            let id = self.id;
+            let _ = self.conn.with_core(|c| c.finish(id));
         }
-        drop(inner);
-        self.conn.wake_driver();
     }
 }
 
@@ -490,31 +481,21 @@ impl RecvFlow {
     /// Asks the peer to stop sending (StopSending with `code`); data still arriving is
     /// discarded and later reads fail with [`ReadError::ClosedFlow`].
     pub fn stop(&mut self, code: u64) -> Result<(), ReadError> {
-        let mut inner = self.conn.shared.lock();
-        let r = match inner.connection(self.conn.id) {
-            Some(c) => c.stop_flow(self.id, code),
-            None => Err(tern_proto::ReadError::ConnectionClosed),
-        };
-        drop(inner);
+        let id = self.id;
+        let r = self.conn.with_core(|c| c.stop_flow(id, code));
         self.closed = true;
-        r.map_err(|e| self.error_of(e))?;
-        self.conn.wake_driver();
-        Ok(())
+        r.unwrap_or(Err(tern_proto::ReadError::ConnectionClosed))
+            .map_err(|e| self.error_of(e))
     }
 }
 
 impl Drop for RecvFlow {
     fn drop(&mut self) {
-        if self.closed {
-            return;
-        }
-        let mut inner = self.conn.shared.lock();
-        if let Some(c) = inner.connection(self.conn.id) {
+        if !self.closed {
             // Refused (and needless) when the flow already ended or was reset meanwhile.
-            let _ = c.stop_flow(self.id, 0);
+            let id = self.id;
+            let _ = self.conn.with_core(|c| c.stop_flow(id, 0));
         }
-        drop(inner);
-        self.conn.wake_driver();
     }
 }
 
