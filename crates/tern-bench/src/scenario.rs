@@ -744,6 +744,26 @@ fn add_ratio(rows: &mut [Row], base: &str) {
 mod tests {
     use super::*;
 
+    /// A results file of `cases` as the summary sees it (the rest left empty).
+    fn run_file(scenario: &str, profile: &str, cases: Vec<crate::results::Case>) -> RunFile {
+        RunFile {
+            schema: crate::results::SCHEMA,
+            scenario: scenario.into(),
+            profile: profile.into(),
+            variant: String::new(),
+            date: String::new(),
+            duration_s: 0.0,
+            command: vec![],
+            quick: true,
+            machine: Default::default(),
+            versions: Default::default(),
+            settings: json!({}),
+            cases,
+            summary: vec![],
+            skipped: vec![],
+        }
+    }
+
     #[test]
     fn link_settings_make_distinct_file_names() {
         assert_eq!(link_slug("reorder=2%,5ms"), "reorder-2-5ms");
@@ -848,22 +868,7 @@ mod tests {
         let mut quinn = tern.clone();
         quinn.protocol = "quic".into();
         quinn.extra = json!([{"client": {}, "server": {"packets_lost": 7, "bytes_lost": 9000, "congestion_events": 2}}]);
-        let run = RunFile {
-            schema: crate::results::SCHEMA,
-            scenario: "bulk".into(),
-            profile: "loopback".into(),
-            variant: String::new(),
-            date: String::new(),
-            duration_s: 0.0,
-            command: vec![],
-            quick: true,
-            machine: Default::default(),
-            versions: Default::default(),
-            settings: json!({}),
-            cases: vec![tern, quinn],
-            summary: vec![],
-            skipped: vec![],
-        };
+        let run = run_file("bulk", "loopback", vec![tern, quinn]);
         let rows = summarize(&run);
         let t = &rows[0].metrics;
         assert_eq!(t["sender_packets_lost"], 4.0);
@@ -923,22 +928,7 @@ mod tests {
             flows: vec![flow(None)],
             ..done.clone()
         };
-        let run = RunFile {
-            schema: crate::results::SCHEMA,
-            scenario: "long-flow".into(),
-            profile: "path50".into(),
-            variant: String::new(),
-            date: String::new(),
-            duration_s: 0.0,
-            command: vec![],
-            quick: true,
-            machine: Default::default(),
-            versions: Default::default(),
-            settings: json!({}),
-            cases: vec![done, failed],
-            summary: vec![],
-            skipped: vec![],
-        };
+        let run = run_file("long-flow", "path50", vec![done, failed]);
         let rows = summarize(&run);
         assert_eq!(rows[0].metrics["link_drops_down"], 7.0);
         assert_eq!(rows[0].metrics["link_drops_up"], 1.0);
