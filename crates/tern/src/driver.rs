@@ -8,13 +8,13 @@ use std::io::IoSliceMut;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Waker;
+use std::task::{Poll, Waker};
 
-use quinn_udp::RecvMeta;
 use tern_proto::{ConnectionError, ConnectionHandle, Event, FlowId, Message, MessageId};
 use tokio::sync::{mpsc, Notify};
 
-use crate::runtime::{self, Socket, MAX_GSO_BYTES, RECV_BATCH};
+use crate::runtime;
+use crate::socket::{AsyncUdpSocket, RecvMeta, Transmit, MAX_TRANSMIT_BYTES, RECV_BATCH};
 
 /// Datagrams the driver takes from the socket before it runs timers and sends: a receiver
 /// acknowledges within a burst instead of after it (which would delay the sender's clock by
@@ -290,26 +290,39 @@ struct Batch {
     count: usize,
 }
 
+/// Size of each receive buffer: the largest UDP datagram, or a GRO batch.
+const RECV_BUFFER: usize = 64 * 1024;
+
 /// Runs the endpoint until every handle is gone and nothing is left to send.
-pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
-    let mut storage = vec![0u8; RECV_BATCH * 64 * 1024];
-    let mut metas = vec![RecvMeta::default(); RECV_BATCH];
+pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) {
+    let mut storage = vec![0u8; RECV_BATCH * RECV_BUFFER];
+    let mut metas = [RecvMeta::default(); RECV_BATCH];
     let mut batches: Vec<Batch> = Vec::new();
     let mut spare: Vec<Vec<u8>> = Vec::new();
     let mut events: Vec<(ConnectionHandle, Event)> = Vec::new();
+    // Buffers the wait below filled, to hand to the core first.
+    let mut waiting = 0;
     loop {
         // 1. Receive what is ready, up to the budget.
         let mut received = 0;
         while received < RECV_BUDGET {
-            let mut bufs: Vec<IoSliceMut<'_>> =
-                storage.chunks_mut(64 * 1024).map(IoSliceMut::new).collect();
-            let n = match socket.try_recv(&mut bufs, &mut metas) {
-                Ok(n) => n,
-                Err(e) => {
-                    // ICMP errors and the like surface here; they are not fatal.
-                    tracing::debug!("recv error: {e}");
-                    0
-                }
+            let n = if waiting > 0 {
+                std::mem::take(&mut waiting)
+            } else {
+                // Poll once with the task's own waker: `Pending` means nothing is waiting.
+                std::future::poll_fn(|cx| {
+                    let mut bufs = recv_bufs(&mut storage);
+                    Poll::Ready(match socket.poll_recv(cx, &mut bufs, &mut metas) {
+                        Poll::Ready(Ok(n)) => n,
+                        Poll::Ready(Err(e)) => {
+                            // ICMP errors and the like surface here; they are not fatal.
+                            tracing::debug!("recv error: {e}");
+                            0
+                        }
+                        Poll::Pending => 0,
+                    })
+                })
+                .await
             };
             if n == 0 {
                 break;
@@ -318,11 +331,10 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
             let before = received;
             let now = runtime::now();
             let mut inner = shared.lock();
-            for (meta, buf) in metas.iter().zip(bufs.iter_mut()).take(n) {
+            for (meta, buf) in metas.iter().zip(storage.chunks_mut(RECV_BUFFER)).take(n) {
                 let stride = meta.stride.max(1);
-                let ecn = runtime::ecn_of(meta);
-                for datagram in buf[..meta.len].chunks_mut(stride) {
-                    inner.proto.handle(now, meta.addr, ecn, datagram);
+                for datagram in buf[..meta.len.min(RECV_BUFFER)].chunks_mut(stride) {
+                    inner.proto.handle(now, meta.addr, meta.ecn, datagram);
                     received += 1;
                 }
             }
@@ -343,7 +355,7 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
                 inner.proto.handle_timeout(now);
             }
             accept_incoming(&mut inner);
-            collect_transmits(&mut inner, now, &mut batches, &mut spare, &socket);
+            collect_transmits(&mut inner, now, &mut batches, &mut spare);
             while let Some(e) = inner.proto.poll_event() {
                 events.push(e);
             }
@@ -367,10 +379,13 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
 
         // 3. Send outside the lock.
         for batch in batches.drain(..) {
-            let segment = (batch.count > 1).then_some(batch.segment);
-            let sent = socket
-                .send(batch.destination, batch.ecn, &batch.data, segment)
-                .await;
+            let transmit = Transmit {
+                destination: batch.destination,
+                ecn: batch.ecn,
+                contents: &batch.data,
+                segment_size: (batch.count > 1).then_some(batch.segment),
+            };
+            let sent = std::future::poll_fn(|cx| socket.poll_send(cx, &transmit)).await;
             shared.io.send_calls.fetch_add(1, Ordering::Relaxed);
             shared
                 .io
@@ -394,14 +409,19 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
                 None => std::future::pending().await,
             }
         };
+        let recv = std::future::poll_fn(|cx| {
+            let mut bufs = recv_bufs(&mut storage);
+            socket.poll_recv(cx, &mut bufs, &mut metas)
+        });
         tokio::select! {
-            r = socket.readable() => {
-                if let Err(e) = r {
+            r = recv => match r {
+                Ok(n) => waiting = n,
+                Err(e) => {
                     shared.lock().dead = Some(format!("socket failed: {e}"));
                     wake_everyone(&shared);
                     return;
                 }
-            }
+            },
             _ = sleep => {}
             _ = shared.wake.notified() => {}
         }
@@ -415,6 +435,14 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Socket) {
     }
 }
 
+/// The receive buffers over `storage`, one per datagram (or GRO batch).
+fn recv_bufs(storage: &mut [u8]) -> Vec<IoSliceMut<'_>> {
+    storage
+        .chunks_mut(RECV_BUFFER)
+        .map(IoSliceMut::new)
+        .collect()
+}
+
 /// Polls the core for datagrams and groups consecutive ones to the same destination into
 /// GSO batches of equal-sized segments.
 fn collect_transmits(
@@ -422,7 +450,6 @@ fn collect_transmits(
     now: std::time::Instant,
     batches: &mut Vec<Batch>,
     spare: &mut Vec<Vec<u8>>,
-    _socket: &Socket,
 ) {
     let max_segments = inner.gso_segments.max(1);
     let mut scratch = spare.pop().unwrap_or_default();
@@ -437,7 +464,7 @@ fn collect_transmits(
                 && b.count < max_segments
                 && t.size <= b.segment
                 && b.data.len() % b.segment == 0
-                && b.data.len() + t.size <= MAX_GSO_BYTES
+                && b.data.len() + t.size <= MAX_TRANSMIT_BYTES
         });
         if fits {
             if let Some(b) = batches.last_mut() {

@@ -10,7 +10,8 @@ use tern_proto::{ConnectionError, EndpointConfig, Event, PublicKey, StaticKeypai
 
 use crate::connection::Connection;
 use crate::driver::{self, ConnectionId, Inner, Shared};
-use crate::runtime::{self, Socket, SocketOptions};
+use crate::runtime;
+use crate::socket::{AsyncUdpSocket, SocketOptions, UdpSocket};
 
 /// Why `connect` failed.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +78,7 @@ pub fn entropy() -> [u8; 32] {
 /// | [`config`](Self::config) | [`EndpointConfig::new`] with a seed from [`entropy`] |
 /// | [`recv_buffer`](Self::recv_buffer), [`send_buffer`](Self::send_buffer) | 8 MiB each (the kernel caps them at `net.core.rmem_max`/`wmem_max`) |
 /// | [`gso`](Self::gso) | on where the kernel has it |
+/// | [`socket`](Self::socket), [`async_socket`](Self::async_socket) | none: tern binds a kernel UDP socket itself |
 ///
 /// ```no_run
 /// # async fn f() -> std::io::Result<()> {
@@ -94,6 +96,7 @@ pub struct EndpointBuilder {
     config: EndpointConfig,
     addr: SocketAddr,
     socket: Option<std::net::UdpSocket>,
+    async_socket: Option<Box<dyn AsyncUdpSocket>>,
     options: SocketOptions,
 }
 
@@ -152,12 +155,22 @@ impl EndpointBuilder {
         self
     }
 
+    /// Sends and receives through `socket`, a socket of the application's own making (see
+    /// [`AsyncUdpSocket`](crate::socket::AsyncUdpSocket)): a wrapper that meters or shapes
+    /// traffic, a relay, an in-process transport. The bind address, buffer and GSO settings
+    /// do not apply to it; it has its own.
+    pub fn async_socket(mut self, socket: impl AsyncUdpSocket) -> Self {
+        self.async_socket = Some(Box::new(socket));
+        self
+    }
+
     /// Binds (or takes over the socket) and starts the endpoint's task. Must be called inside
     /// a tokio runtime.
     pub fn build(self) -> io::Result<Endpoint> {
-        let socket = match self.socket {
-            Some(s) => Socket::from_std(s, self.options)?,
-            None => Socket::bind(self.addr, self.options)?,
+        let socket: Box<dyn AsyncUdpSocket> = match (self.async_socket, self.socket) {
+            (Some(s), _) => s,
+            (None, Some(s)) => Box::new(UdpSocket::from_std_with(s, self.options)?),
+            (None, None) => Box::new(UdpSocket::bind_with(self.addr, self.options)?),
         };
         Endpoint::start(socket, self.config)
     }
@@ -170,6 +183,7 @@ impl Endpoint {
             config: EndpointConfig::new(keypair, entropy()),
             addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             socket: None,
+            async_socket: None,
             options: SocketOptions::default(),
         }
     }
@@ -177,26 +191,21 @@ impl Endpoint {
     /// Binds `addr` with a full configuration and default socket settings. Must be called
     /// inside a tokio runtime.
     pub fn bind(addr: SocketAddr, config: EndpointConfig) -> io::Result<Self> {
-        Self::start(Socket::bind(addr, SocketOptions::default())?, config)
+        Self::start(Box::new(UdpSocket::bind(addr)?), config)
     }
 
-    fn start(socket: Socket, mut config: EndpointConfig) -> io::Result<Self> {
+    fn start(socket: Box<dyn AsyncUdpSocket>, mut config: EndpointConfig) -> io::Result<Self> {
         let local = socket.local_addr()?;
         // Application handles may still hold unread data of a closed connection: the
         // runtime frees connections itself when the last handle is gone.
         config.release_drained = false;
         let public_key = config.keypair.public();
         let proto = tern_proto::Endpoint::new(config, runtime::now());
-        let gso = socket.max_gso_segments();
-        tracing::debug!(
-            %local,
-            gso,
-            gro = socket.gro_segments(),
-            recv_buffer = socket.recv_buffer(),
-            "endpoint bound"
-        );
+        let gso = socket.max_transmit_segments().max(1);
+        let gro = socket.max_receive_segments().max(1);
+        tracing::debug!(%local, gso, gro, ?socket, "endpoint bound");
         let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner::new(proto, gso, socket.gro_segments())),
+            inner: Mutex::new(Inner::new(proto, gso, gro)),
             wake: tokio::sync::Notify::new(),
             io: Default::default(),
         });

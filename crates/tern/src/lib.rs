@@ -6,7 +6,8 @@
 //! sockets with tokio; the protocol itself is the sans-I/O `tern-proto`.
 //!
 //! - [`Endpoint`] binds a socket ([`Endpoint::builder`] for the bind address, socket buffers,
-//!   GSO, or a socket of your own); `connect` and `accept` give [`Connection`]s;
+//!   GSO, or a socket of your own: a bound `std::net::UdpSocket`, or any
+//!   [`socket::AsyncUdpSocket`]); `connect` and `accept` give [`Connection`]s;
 //!   [`Endpoint::close`] and [`Endpoint::wait_idle`] shut it down gracefully.
 //! - A connection opens and accepts flows: [`SendFlow`] and [`RecvFlow`], with quinn-style
 //!   methods and typed errors ([`WriteError`], [`ReadError`]: a reset is not a lost
@@ -53,6 +54,7 @@ mod endpoint;
 mod flow;
 pub mod keys;
 mod runtime;
+pub mod socket;
 
 pub use connection::{Connection, EventStream, RequestError};
 pub use driver::{ConnectionId, IoStats, Upcall};
@@ -65,8 +67,13 @@ pub use flow::{ReadError, ReadExactError, ReadToEndError, RecvFlow, SendFlow, Wr
 pub use tern_proto::cc;
 /// Why a connection could not even be started (the inner error of [`ConnectError::Start`]).
 pub use tern_proto::ConnectError as StartError;
+/// The details of a [`ConnectionError`]: why a handshake failed, which end closed, the
+/// transport error code, key file errors.
 pub use tern_proto::{
-    ConnectionConfig, ConnectionError, ConnectionStats, DatagramError, Dir, EcnState,
+    crypto::KeyError, error::HandshakeError, wire::error_code::TransportErrorCode, Side,
+};
+pub use tern_proto::{
+    ConnectionConfig, ConnectionError, ConnectionStats, DatagramError, Dir, EcnCodepoint, EcnState,
     EndpointConfig, EndpointStats, Event, FlowConfig, FlowId, Message, MessageId, MessageOptions,
     PublicKey, RetryPolicy, SendMessageError, StaticKeypair, Violation,
 };

@@ -598,3 +598,118 @@ async fn the_builder_binds_ipv6_takes_a_socket_and_turns_gso_off() {
     assert_eq!(io.datagrams_sent, io.send_calls, "GSO off: {io:?}");
     assert!(io.send_calls > 200, "{io:?}");
 }
+
+/// What [`LossySocket`] saw, shared with the test.
+#[derive(Debug, Default)]
+struct SocketCounters {
+    offered: std::sync::atomic::AtomicU64,
+    dropped: std::sync::atomic::AtomicU64,
+    received: std::sync::atomic::AtomicU64,
+}
+
+/// A socket of the application's own: the built-in one, wrapped to count what passes and to
+/// drop every `drop_every`-th datagram it is asked to send. It offers no GSO, so tern hands it
+/// one datagram at a time.
+#[derive(Debug)]
+struct LossySocket {
+    inner: tern::socket::UdpSocket,
+    drop_every: u64,
+    counters: Arc<SocketCounters>,
+}
+
+impl tern::socket::AsyncUdpSocket for LossySocket {
+    fn poll_send(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        t: &tern::socket::Transmit<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        assert!(t.segment_size.is_none(), "a batch for a socket without GSO");
+        // Count a datagram once it is sent or dropped, not on a `Pending` that is retried.
+        let n = self.counters.offered.load(Relaxed) + 1;
+        if n % self.drop_every == 0 {
+            self.counters.offered.store(n, Relaxed);
+            self.counters.dropped.fetch_add(1, Relaxed);
+            return std::task::Poll::Ready(Ok(()));
+        }
+        let sent = self.inner.poll_send(cx, t);
+        if sent.is_ready() {
+            self.counters.offered.store(n, Relaxed);
+        }
+        sent
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        meta: &mut [tern::socket::RecvMeta],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = self.inner.poll_recv(cx, bufs, meta);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            let datagrams: usize = meta[..*n]
+                .iter()
+                .map(|m| m.len.div_ceil(m.stride.max(1)))
+                .sum();
+            self.counters
+                .received
+                .fetch_add(datagrams as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        r
+    }
+
+    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+#[tokio::test]
+async fn an_application_socket_carries_the_connection_and_its_losses_are_recovered() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let server = server();
+    let counters = Arc::new(SocketCounters::default());
+    let inner = tern::socket::UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let local = tern::socket::AsyncUdpSocket::local_addr(&inner).unwrap();
+    let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .async_socket(LossySocket {
+            inner,
+            drop_every: 20,
+            counters: counters.clone(),
+        })
+        .build()
+        .unwrap();
+    assert_eq!(client.local_addr().unwrap(), local);
+    assert_eq!(client.gso_segments(), 1, "the socket's own segment limit");
+
+    let key = server.public_key();
+    let addr = server.local_addr().unwrap();
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        let mut flow = conn.accept_uni().await.unwrap();
+        let data = flow.read_to_end(4 << 20).await.unwrap();
+        conn.closed().await;
+        data
+    });
+    let mut payload = vec![0u8; 1_000_000];
+    rand_chacha::ChaCha8Rng::seed_from_u64(7).fill_bytes(&mut payload);
+    let conn = client.connect(addr, Some(key)).await.unwrap();
+    let mut flow = conn.open_uni().await.unwrap();
+    flow.write_all(&payload).await.unwrap();
+    flow.finish().unwrap();
+    flow.finished().await.unwrap();
+    let stats = conn.stats();
+    conn.close(0, b"done");
+    conn.closed().await;
+    assert_eq!(srv.await.unwrap(), payload, "every byte, in order");
+
+    // Everything went through the application's socket, and what it dropped was re-sent.
+    let io = client.io_stats();
+    assert_eq!(counters.offered.load(Relaxed), io.datagrams_sent, "{io:?}");
+    assert!(counters.dropped.load(Relaxed) >= 30, "{io:?}");
+    assert!(counters.received.load(Relaxed) > 0);
+    assert_eq!(counters.received.load(Relaxed), io.datagrams_received);
+    assert!(
+        stats.packets_lost >= counters.dropped.load(Relaxed) / 2,
+        "the dropped datagrams were declared lost: {stats:?}"
+    );
+}

@@ -48,8 +48,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::recovery::rtt::RttEstimator;
-
 pub mod classic;
 pub mod cubic;
 pub mod new_reno;
@@ -59,6 +57,9 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 
+/// The RTT estimate a controller is handed on every ACK (re-exported so that a controller can
+/// be written against this module alone).
+pub use crate::recovery::rtt::RttEstimator;
 pub use classic::{Classic, ClassicConfig, WindowAdjustment};
 pub use cubic::{Cubic, CubicConfig};
 pub use new_reno::{NewReno, NewRenoConfig};
