@@ -80,6 +80,18 @@ pub struct ConnectionConfig {
     /// one burst; this caps it. Drivers whose timers are coarse (1 ms for tokio) need bursts
     /// to reach high rates on short paths; 64 also matches a full GSO batch.
     pub max_pacing_burst: u64,
+    /// Which path carries the next data packet when there are several (DESIGN.md F16).
+    pub scheduler: crate::path::scheduler::SchedulerKind,
+    /// Other addresses of ours the peer may reach us at (a server's second interface): a
+    /// server advertises them (AddAddress) once the handshake is done, and the client opens a
+    /// path to each (PROTOCOL.md §13).
+    pub advertise: Vec<std::net::SocketAddr>,
+    /// Our local IP addresses to open paths from (a client's Wi-Fi and cellular interfaces):
+    /// right after the handshake, a path is opened from each to each of the peer's addresses.
+    /// The runtime sends each path's datagrams from its address.
+    pub local_ips: Vec<std::net::IpAddr>,
+    /// Paths per connection, at most [`MAX_PATHS`](crate::MAX_PATHS); 1 turns multipath off.
+    pub max_paths: usize,
 }
 
 impl Default for ConnectionConfig {
@@ -101,6 +113,10 @@ impl Default for ConnectionConfig {
             max_message_size: 16 << 20,
             max_datagram_size_in: 65_535,
             datagram_queue: 256,
+            scheduler: Default::default(),
+            advertise: Vec::new(),
+            local_ips: Vec::new(),
+            max_paths: crate::path::MAX_PATHS,
         }
     }
 }

@@ -131,6 +131,15 @@ impl Endpoint {
         self.connections.get_mut(handle.0)?.as_mut()
     }
 
+    /// The handles of every connection alive on this endpoint.
+    pub fn handles(&self) -> impl Iterator<Item = ConnectionHandle> + '_ {
+        self.connections
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_some())
+            .map(|(i, _)| ConnectionHandle(i))
+    }
+
     /// A connection, for reading state.
     pub fn connection(&self, handle: ConnectionHandle) -> Option<&Connection> {
         self.connections.get(handle.0)?.as_ref()
@@ -172,7 +181,15 @@ impl Endpoint {
         }
     }
 
-    fn insert(&mut self, conn: Connection) -> ConnectionHandle {
+    /// Gives a new connection its own generator for path challenges.
+    fn seed(&mut self, conn: &mut Connection) {
+        let mut seed = [0u8; 32];
+        self.rng.fill_bytes(&mut seed);
+        conn.path_rng = rand::SeedableRng::from_seed(seed);
+    }
+
+    fn insert(&mut self, mut conn: Connection) -> ConnectionHandle {
+        self.seed(&mut conn);
         let idx = match self.free.pop() {
             Some(i) => {
                 self.connections[i] = Some(conn);
@@ -228,10 +245,26 @@ impl Endpoint {
     }
 
     /// Handles one received datagram and the ECN codepoint of its IP header (`None` when
-    /// Not-ECT or unknown). `data` is used as scratch space (decrypted in place).
+    /// Not-ECT or unknown). `data` is used as scratch space (decrypted in place). For a host
+    /// with one address; see [`handle_on`](Self::handle_on) for several.
     pub fn handle(
         &mut self,
         now: Instant,
+        remote: SocketAddr,
+        ecn: Option<EcnCodepoint>,
+        data: &mut [u8],
+    ) {
+        self.handle_on(now, None, remote, ecn, data);
+    }
+
+    /// Handles one received datagram that was sent to our address `local` (the destination
+    /// IP of the datagram, when the socket reports it): a multipath connection tells its
+    /// paths apart by (local, remote) pair and sends each path's datagrams from its local
+    /// address ([`Transmit::source`](crate::Transmit::source)).
+    pub fn handle_on(
+        &mut self,
+        now: Instant,
+        local: Option<std::net::IpAddr>,
         remote: SocketAddr,
         ecn: Option<EcnCodepoint>,
         data: &mut [u8],
@@ -241,15 +274,16 @@ impl Endpoint {
             return;
         };
         if first & 0x80 == 0 {
-            self.handle_short(now, remote, ecn, data);
+            self.handle_short(now, local, remote, ecn, data);
         } else {
-            self.handle_long(now, remote, data);
+            self.handle_long(now, local, remote, data);
         }
     }
 
     fn handle_short(
         &mut self,
         now: Instant,
+        local: Option<std::net::IpAddr>,
         remote: SocketAddr,
         ecn: Option<EcnCodepoint>,
         data: &mut [u8],
@@ -265,7 +299,7 @@ impl Endpoint {
         match self.routes.get(&cid) {
             Some(&idx) => {
                 if let Some(conn) = self.connections[idx].as_mut() {
-                    conn.handle_short(now, remote, ecn, data);
+                    conn.handle_short(now, remote, local, ecn, data);
                 }
             }
             None => {
@@ -319,7 +353,13 @@ impl Endpoint {
         });
     }
 
-    fn handle_long(&mut self, now: Instant, remote: SocketAddr, data: &mut [u8]) {
+    fn handle_long(
+        &mut self,
+        now: Instant,
+        local: Option<std::net::IpAddr>,
+        remote: SocketAddr,
+        data: &mut [u8],
+    ) {
         let len = data.len();
         let packet = match wire::LongPacket::decode(data) {
             Ok(p) => p,
@@ -344,6 +384,10 @@ impl Endpoint {
                 conn.stats.datagrams_received += 1;
                 conn.stats.bytes_received += len as u64;
                 conn.paths[0].bytes_received += len as u64;
+                if conn.paths[0].local.is_none() {
+                    // The handshake's path: our address on it, for opening the others.
+                    conn.paths[0].local = local;
+                }
                 if let Err(code) = conn.handle_long(now, &packet) {
                     conn.fail(now, code, "bad handshake message");
                 }
@@ -446,7 +490,9 @@ impl Endpoint {
             len,
             validated,
         ) {
-            self.connections[idx] = Some(*conn);
+            let mut conn = *conn;
+            self.seed(&mut conn);
+            self.connections[idx] = Some(conn);
         }
     }
 
@@ -520,6 +566,7 @@ impl Endpoint {
             buf.extend_from_slice(&s.data);
             return Some(Transmit {
                 destination: s.destination,
+                source: None,
                 size: s.data.len(),
                 ecn: None,
             });

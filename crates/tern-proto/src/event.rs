@@ -80,4 +80,36 @@ pub enum Event {
     Closed(ConnectionError),
     /// The connection's resources were freed: closed at both ends (no more events).
     Drained,
+    /// A path was opened (by us, or by the peer from a new address); it carries data once
+    /// validated.
+    PathOpened {
+        /// The path's ID.
+        id: u32,
+        /// The peer's address on it.
+        remote: std::net::SocketAddr,
+    },
+    /// The peer answered our challenge on a path: it may carry data.
+    PathValidated {
+        /// The path's ID.
+        id: u32,
+    },
+    /// A path stopped answering (or never answered its challenge): its data in flight was
+    /// moved to the other paths; it is still probed and comes back when it answers.
+    PathDead {
+        /// The path's ID.
+        id: u32,
+    },
+    /// A dead path answered again.
+    PathAlive {
+        /// The path's ID.
+        id: u32,
+    },
+    /// The peer's address on a path changed (NAT rebinding, a new lease, a new roadside
+    /// unit): the new address is being validated.
+    PeerAddressChanged {
+        /// The path's ID.
+        id: u32,
+        /// The new address.
+        remote: std::net::SocketAddr,
+    },
 }

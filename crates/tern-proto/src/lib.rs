@@ -74,6 +74,8 @@ pub use error::{ConnectError, ConnectionError, OpenError, ReadError, WriteError}
 pub use event::{Event, Violation};
 pub use flow::{Dir, FlowId};
 pub use message::{DatagramError, Message, MessageId, MessageOptions, SendMessageError};
+pub use path::scheduler::{Candidate, MinRtt, RoundRobin, Scheduler, SchedulerKind};
+pub use path::{PathState, PathStats, MAX_PATHS};
 pub use recovery::{EcnCodepoint, EcnState};
 
 /// Which end of a connection this is.

@@ -133,6 +133,13 @@ impl<A: App> TernNode<A> {
         }
     }
 
+    /// The node's address changed (the scenario moved its host with
+    /// [`Simulation::change_address`](crate::Simulation::change_address), or a NAT gave it a new
+    /// port): what it sends leaves from `addr` from now on.
+    pub fn set_addr(&mut self, addr: SocketAddr) {
+        self.addr = addr;
+    }
+
     fn pump(&mut self, now: Instant) {
         self.started = true;
         self.app.poll(now, &mut self.endpoint);
@@ -146,7 +153,8 @@ impl<A: App> TernNode<A> {
 impl<A: App> Node for TernNode<A> {
     fn handle(&mut self, now: Instant, mut dgram: Datagram) {
         let ecn = tern_proto::EcnCodepoint::from_bits(dgram.ecn);
-        self.endpoint.handle(now, dgram.src, ecn, &mut dgram.data);
+        self.endpoint
+            .handle_on(now, Some(dgram.dst.ip()), dgram.src, ecn, &mut dgram.data);
         // Keep the buffer for a datagram this node sends: no allocation per packet.
         if self.pool.len() < 64 {
             self.pool.push(dgram.data);
@@ -165,8 +173,12 @@ impl<A: App> Node for TernNode<A> {
         self.buf.truncate(t.size);
         let spare = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(2048));
         let data = std::mem::replace(&mut self.buf, spare);
+        // A path opened from another of this host's addresses leaves from it (same port).
+        let src = t
+            .source
+            .map_or(self.addr, |ip| SocketAddr::new(ip, self.addr.port()));
         Some(Datagram {
-            src: self.addr,
+            src,
             dst: t.destination,
             data,
             ecn: t.ecn.map_or(0, |e| e.bits()),

@@ -284,6 +284,7 @@ impl Shared {
 /// last.
 struct Batch {
     destination: SocketAddr,
+    source: Option<std::net::IpAddr>,
     ecn: Option<tern_proto::EcnCodepoint>,
     data: Vec<u8>,
     segment: usize,
@@ -334,7 +335,9 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
             for (meta, buf) in metas.iter().zip(storage.chunks_mut(RECV_BUFFER)).take(n) {
                 let stride = meta.stride.max(1);
                 for datagram in buf[..meta.len.min(RECV_BUFFER)].chunks_mut(stride) {
-                    inner.proto.handle(now, meta.addr, meta.ecn, datagram);
+                    inner
+                        .proto
+                        .handle_on(now, meta.dst_ip, meta.addr, meta.ecn, datagram);
                     received += 1;
                 }
             }
@@ -381,6 +384,7 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
         for batch in batches.drain(..) {
             let transmit = Transmit {
                 destination: batch.destination,
+                src_ip: batch.source,
                 ecn: batch.ecn,
                 contents: &batch.data,
                 segment_size: (batch.count > 1).then_some(batch.segment),
@@ -460,6 +464,7 @@ fn collect_transmits(
         };
         let fits = batches.last().is_some_and(|b| {
             b.destination == t.destination
+                && b.source == t.source
                 && b.ecn == t.ecn
                 && b.count < max_segments
                 && t.size <= b.segment
@@ -477,6 +482,7 @@ fn collect_transmits(
             data.extend_from_slice(&scratch[..t.size]);
             batches.push(Batch {
                 destination: t.destination,
+                source: t.source,
                 ecn: t.ecn,
                 data,
                 segment: t.size,

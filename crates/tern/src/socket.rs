@@ -79,6 +79,10 @@ pub const MAX_TRANSMIT_BYTES: usize = 65_000;
 pub struct Transmit<'a> {
     /// Where to send.
     pub destination: SocketAddr,
+    /// The local address to send from (`None`: the kernel's choice). Set for the paths of a
+    /// multipath connection opened from a given interface; a socket bound to a wildcard
+    /// address sets it per datagram (`IP_PKTINFO`).
+    pub src_ip: Option<IpAddr>,
     /// The ECN codepoint for the IP header (`None`: Not-ECT).
     pub ecn: Option<EcnCodepoint>,
     /// The datagrams' bytes, back to back.
@@ -287,7 +291,7 @@ impl AsyncUdpSocket for UdpSocket {
             ecn: transmit.ecn.map(to_udp_ecn),
             contents: transmit.contents,
             segment_size: transmit.segment_size,
-            src_ip: None,
+            src_ip: transmit.src_ip,
         };
         loop {
             ready!(self.io.poll_send_ready(cx))?;
@@ -361,6 +365,7 @@ mod tests {
         let data = [1u8; 25];
         let t = Transmit {
             destination: SocketAddr::from(([127, 0, 0, 1], 1)),
+            src_ip: None,
             ecn: None,
             contents: &data,
             segment_size: Some(10),
@@ -382,6 +387,7 @@ mod tests {
         let data: Vec<u8> = (0..segments * 100).map(|i| i as u8).collect();
         let t = Transmit {
             destination: b.local_addr().unwrap(),
+            src_ip: None,
             ecn: Some(EcnCodepoint::Ect0),
             contents: &data,
             segment_size: (segments > 1).then_some(100),

@@ -230,7 +230,7 @@ impl Connection {
             }
         }
         let pto = self.paths[0].rtt.pto_base();
-        let cap = self.max_probe_interval();
+        let cap = self.max_probe_interval(&self.paths[0]);
         let budget = self.paths[0].amplification_budget();
         let flight = self.flight.as_mut()?;
         if !flight.send_now || self.confirmed {

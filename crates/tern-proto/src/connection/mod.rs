@@ -15,6 +15,7 @@
 //! be at least the previous one.
 
 pub(crate) mod handshake;
+mod paths;
 mod recv;
 mod send;
 mod stats;
@@ -111,9 +112,17 @@ pub struct Connection {
     pub(crate) handshake_deadline: Instant,
     /// A PING is due (keep-alive or probe).
     pub(crate) ping_pending: bool,
-    /// Probe packets to send now, regardless of the congestion window (PTO).
-    pub(crate) probes: u32,
-    pub(crate) path_responses: VecDeque<[u8; 8]>,
+    /// Chooses the path of each data packet.
+    pub(crate) scheduler: Box<dyn crate::path::scheduler::Scheduler>,
+    /// Addresses the peer advertised (AddAddress), by sequence number.
+    pub(crate) peer_addresses: Vec<(u64, SocketAddr)>,
+    /// Our `advertise` list must be (re)sent to the peer.
+    pub(crate) advertise_pending: bool,
+    /// The client opened its paths (done once, when the handshake completes, and again for
+    /// each address the peer advertises later).
+    pub(crate) paths_opened: bool,
+    /// Makes path challenges unpredictable (seeded by the endpoint's generator).
+    pub(crate) path_rng: rand_chacha::ChaCha8Rng,
     /// Flows whose application was told the buffer was full.
     pub(crate) write_blocked: Vec<FlowId>,
     /// Reused scratch buffers: no allocation per packet on the hot path.
@@ -183,8 +192,11 @@ impl Connection {
             idle_deadline: (!config.idle_timeout.is_zero()).then(|| now + config.idle_timeout),
             handshake_deadline: now + config.handshake_timeout,
             ping_pending: false,
-            probes: 0,
-            path_responses: VecDeque::new(),
+            scheduler: config.scheduler.build(),
+            peer_addresses: Vec::new(),
+            advertise_pending: side == Side::Server && !config.advertise.is_empty(),
+            paths_opened: false,
+            path_rng: rand::SeedableRng::seed_from_u64(0),
             write_blocked: Vec::new(),
             scratch: Vec::with_capacity(2048),
             drained_reported: false,
@@ -208,9 +220,29 @@ impl Connection {
         self.side
     }
 
-    /// The peer's current address on the primary path.
+    /// The peer's current address on the primary path (the usable path with the lowest RTT).
     pub fn remote_address(&self) -> SocketAddr {
-        self.paths[0].remote
+        self.paths[self.primary()].remote
+    }
+
+    /// Every path of this connection, with its figures, in the order they were opened.
+    pub fn path_stats(&self) -> Vec<crate::path::PathStats> {
+        self.paths.iter().map(crate::path::Path::stats).collect()
+    }
+
+    /// The primary path: usable with the lowest RTT, or the first path when none is usable.
+    pub(crate) fn primary(&self) -> usize {
+        self.paths
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.usable() && p.state == crate::path::PathState::Active)
+            .min_by_key(|(i, p)| (p.rank_rtt(), *i))
+            .map_or(0, |(i, _)| i)
+    }
+
+    /// The index of the path with this ID.
+    pub(crate) fn path_index(&self, id: u32) -> Option<usize> {
+        self.paths.iter().position(|p| p.id == id)
     }
 
     /// The peer's static public key, once the handshake revealed it.
@@ -246,10 +278,11 @@ impl Connection {
         self.error.as_ref()
     }
 
-    /// Current statistics.
+    /// Current statistics; path figures (RTT, window, …) are the primary path's (see
+    /// [`path_stats`](Self::path_stats) for every path).
     pub fn stats(&self) -> ConnectionStats {
         let mut s = self.stats.clone();
-        let p = &self.paths[0];
+        let p = &self.paths[self.primary()];
         s.rtt = p.rtt.smoothed();
         s.rtt_var = p.rtt.var();
         s.min_rtt = p.rtt.min().unwrap_or_default();
@@ -269,6 +302,7 @@ impl Connection {
         s.ecn_ce_reported = p.ecn.ce_reported;
         s.ack_threshold = p.acks.threshold(self.config.ack_frequency);
         s.ack_threshold_requested = p.ack_request.threshold;
+        s.paths = self.paths.len();
         s
     }
 
@@ -497,8 +531,14 @@ impl Connection {
             return None;
         }
         // Short header (up to 14 bytes), AEAD tag, frame type and length varints.
-        let room =
-            usize::from(self.paths[0].mtu).saturating_sub(14 + crate::crypto::TAG_LEN + 1 + 2);
+        let mtu = self
+            .paths
+            .iter()
+            .filter(|p| p.usable())
+            .map(|p| p.mtu)
+            .min()
+            .unwrap_or(self.paths[0].mtu);
+        let room = usize::from(mtu).saturating_sub(14 + crate::crypto::TAG_LEN + 1 + 2);
         Some(room.min(peer as usize))
     }
 
@@ -618,10 +658,17 @@ impl Connection {
         self.state = State::Drained;
     }
 
-    /// Probe timeout of the primary path, with the peer's ACK delay.
+    /// Probe timeout of the slowest usable path (path 0 while none is), with the peer's ACK
+    /// delay: long enough for a close to cross any path.
     pub(crate) fn pto(&self) -> Duration {
-        let p = &self.paths[0];
-        p.rtt.pto_base() + self.peer_max_ack_delay()
+        let base = self
+            .paths
+            .iter()
+            .filter(|p| p.usable())
+            .map(|p| p.rtt.pto_base())
+            .max()
+            .unwrap_or_else(|| self.paths[0].rtt.pto_base());
+        base + self.peer_max_ack_delay()
     }
 
     /// Heard from the peer: the idle timeout starts again (a zero timeout means none).
@@ -635,8 +682,8 @@ impl Connection {
     /// a very slow path) nor a sixth of the idle timeout: an outage is then met by a steady
     /// trickle of two small probes, which finds the path as soon as it is back, instead of
     /// one probe after minutes of silence.
-    pub(crate) fn max_probe_interval(&self) -> Duration {
-        let floor = Duration::from_secs(2).max(self.paths[0].rtt.pto_base() * 2);
+    pub(crate) fn max_probe_interval(&self, path: &Path) -> Duration {
+        let floor = Duration::from_secs(2).max(path.rtt.pto_base() * 2);
         if self.idle_timeout.is_zero() {
             return floor;
         }
@@ -691,14 +738,16 @@ impl Connection {
         }
         consider(self.idle_deadline);
         if self.keys.is_some() {
-            let path = &self.paths[0];
-            consider(self.loss_timer(path));
-            // Timers that only lead to sending are not armed while nothing may be sent (the
-            // anti-amplification limit), or they would fire again and again at once.
-            if path.amplification_budget() >= MIN_PACKET_BUDGET {
-                consider(path.acks.deadline.filter(|_| path.acks.dirty));
-                if self.has_sendable_data() {
-                    consider(path.pacing_until);
+            let sendable = self.has_sendable_data();
+            for path in &self.paths {
+                consider(self.loss_timer(path));
+                // Timers that only lead to sending are not armed while nothing may be sent
+                // (the anti-amplification limit), or they would fire again and again at once.
+                if path.amplification_budget() >= MIN_PACKET_BUDGET {
+                    consider(path.acks.deadline.filter(|_| path.acks.dirty));
+                    if sendable {
+                        consider(path.pacing_until);
+                    }
                 }
             }
             if !self.ping_pending {
@@ -716,9 +765,11 @@ impl Connection {
     fn keep_alive_at(&self) -> Option<Instant> {
         let interval = self.config.keep_alive?;
         let created = self.handshake_deadline - self.config.handshake_timeout;
-        let last = self.paths[0]
-            .sent
-            .time_of_last_ack_eliciting
+        let last = self
+            .paths
+            .iter()
+            .filter_map(|p| p.sent.time_of_last_ack_eliciting)
+            .max()
             .unwrap_or(created);
         Some(last + interval)
     }
@@ -735,7 +786,7 @@ impl Connection {
         let last = path.sent.last_pto.map_or(last, |p| p.max(last));
         let backoff = 1u32 << path.sent.pto_count.min(10);
         let pto = (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff;
-        Some(last + pto.min(self.max_probe_interval()))
+        Some(last + pto.min(self.max_probe_interval(path)))
     }
 
     /// Handles expired timers.
@@ -778,9 +829,9 @@ impl Connection {
         if self.keys.is_none() {
             return;
         }
-        if let Some(t) = self.loss_timer(&self.paths[0]) {
-            if now >= t {
-                self.on_loss_timer(now);
+        for i in 0..self.paths.len() {
+            if self.loss_timer(&self.paths[i]).is_some_and(|t| now >= t) {
+                self.on_loss_timer(now, i);
             }
         }
         if self.keep_alive_at().is_some_and(|t| now >= t) {
@@ -792,27 +843,34 @@ impl Connection {
             self.window.status_pending = true;
             self.window.status_at = None;
         }
-        let path = &mut self.paths[0];
-        if path.pacing_until.is_some_and(|t| now >= t) {
-            path.pacing_until = None;
+        for path in &mut self.paths {
+            if path.pacing_until.is_some_and(|t| now >= t) {
+                path.pacing_until = None;
+            }
         }
     }
 
-    fn on_loss_timer(&mut self, now: Instant) {
-        let path = &mut self.paths[0];
+    fn on_loss_timer(&mut self, now: Instant, index: usize) {
+        let path = &mut self.paths[index];
         if path.sent.loss_time.is_some() {
             let mut out = crate::recovery::Outcome::default();
             path.sent.detect_lost(now, &path.rtt, &mut out);
-            self.on_lost(now, 0, out.lost);
+            self.on_lost(now, index, out.lost);
             return;
         }
-        // Probe timeout: send up to two ack-eliciting packets regardless of the window.
+        // Probe timeout: send up to two ack-eliciting packets on this path regardless of its
+        // window.
         path.sent.pto_count += 1;
         path.sent.last_pto = Some(now);
+        path.probes = 2;
         self.stats.ptos += 1;
-        self.probes = 2;
+        if self.paths.len() > 1 && self.on_path_silent(now, index) {
+            // Its data went to the other paths; the probes only ask whether it is back.
+            return;
+        }
         // Resend what the oldest outstanding packet carried (without declaring it lost),
         // so the probe carries data when there is no new data to send.
+        let path = &self.paths[index];
         if let Some(frames) = path.sent.oldest_ack_eliciting().map(|p| p.frames.clone()) {
             self.requeue(&frames, true);
         }
@@ -883,6 +941,7 @@ impl Connection {
             || !self.flows.credit_pending.is_empty()
             || self.flows.max_flows_pending.iter().any(|p| *p)
             || self.handshake_done_pending
-            || !self.path_responses.is_empty()
+            || self.advertise_pending
+            || self.paths.iter().any(|p| p.status_pending)
     }
 }

@@ -1,6 +1,6 @@
 //! Receiving: opening protected packets, the replay window, and frame processing.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::{Connection, State};
@@ -16,18 +16,20 @@ use crate::Side;
 pub(crate) type FrameError = (TransportErrorCode, &'static str);
 
 impl Connection {
-    /// A short-header datagram arrived for this connection, with the ECN codepoint of its IP
-    /// header. `data` is decrypted in place.
+    /// A short-header datagram arrived for this connection from `remote` to our `local`
+    /// address (if known), with the ECN codepoint of its IP header. `data` is decrypted in
+    /// place.
     pub(crate) fn handle_short(
         &mut self,
         now: Instant,
         remote: SocketAddr,
+        local: Option<IpAddr>,
         ecn: Option<EcnCodepoint>,
         data: &mut [u8],
     ) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += data.len() as u64;
-        self.paths[0].bytes_received += data.len() as u64;
+        let datagram_len = data.len() as u64;
         if matches!(self.state, State::Drained) {
             return;
         }
@@ -41,14 +43,10 @@ impl Connection {
             }
             return;
         };
-        // Version 1 drives one path; packets naming another are dropped.
-        if header.path_id != 0 {
-            return;
-        }
-        let path = &self.paths[0];
-        let largest = path.acks.largest.map(|(pn, _)| pn);
+        let known = self.path_index(u32::from(header.path_id));
+        let largest = known.and_then(|i| self.paths[i].acks.largest.map(|(pn, _)| pn));
         let pn = wire::decode_pn(largest.unwrap_or(0), header.truncated_pn, header.pn_len);
-        if !path.replay.is_fresh(pn) {
+        if known.is_some_and(|i| !self.paths[i].replay.is_fresh(pn)) {
             self.stats.replays += 1;
             self.events
                 .push_back(Event::SecurityViolation(Violation::Replay));
@@ -72,22 +70,25 @@ impl Connection {
                 .push_back(Event::SecurityViolation(Violation::Authentication));
             return;
         };
-        let path = &mut self.paths[0];
+        let Some(index) = self.path_for_packet(now, u32::from(header.path_id), remote, local)
+        else {
+            return;
+        };
+        let path = &mut self.paths[index];
         path.replay.insert(pn);
-        // Every authenticated packet keeps the connection alive and proves the address.
+        path.bytes_received += datagram_len;
+        // Every authenticated packet keeps the connection alive. On the first path during
+        // the handshake it also proves the client's address (only the holder of the keys,
+        // which came back to that address, could send it); any other path is validated by
+        // a challenge.
         self.restart_idle_timer(now);
-        if !self.paths[0].validated || (self.side == Side::Server && !self.confirmed) {
+        if index == 0 && self.side == Side::Server && !self.confirmed {
             self.on_address_validated();
         }
         if self.side == Side::Client && !self.confirmed {
             // XX: the server could only protect this after reading our msg3.
             self.confirmed = true;
             self.flight = None;
-        }
-        if self.paths[0].remote != remote {
-            // NAT rebinding or migration: path validation arrives with F17; follow for now.
-            tracing::debug!(old = %self.paths[0].remote, new = %remote, "peer address changed");
-            self.paths[0].remote = remote;
         }
         match &self.state {
             State::Closing { .. } => {
@@ -108,14 +109,14 @@ impl Connection {
             State::Draining { .. } | State::Drained => return,
             _ => {}
         }
-        let ack_eliciting = match self.process_frames(now, pn, &body[..len]) {
+        let ack_eliciting = match self.process_frames(now, index, &body[..len]) {
             Ok(eliciting) => eliciting,
             Err((code, reason)) => {
                 self.fail(now, code, reason);
                 return;
             }
         };
-        let acks = &mut self.paths[0].acks;
+        let acks = &mut self.paths[index].acks;
         let freq = acks.threshold(self.config.ack_frequency);
         acks.on_packet(now, pn, ack_eliciting, ecn, freq, self.config.max_ack_delay);
         if ecn == Some(EcnCodepoint::Ce) {
@@ -126,7 +127,7 @@ impl Connection {
     /// Packets declared lost were acknowledged after all: free what they carried (a resend
     /// still queued is cancelled), count them, and undo the congestion response if every
     /// loss behind it was spurious.
-    fn on_spurious(&mut self, out: &mut Outcome) {
+    fn on_spurious(&mut self, index: usize, out: &mut Outcome) {
         if out.spurious.is_empty() {
             return;
         }
@@ -135,7 +136,7 @@ impl Connection {
             self.on_acked_frames(&lost.frames);
         }
         if out.undo {
-            self.paths[0].cc.on_spurious_congestion_event();
+            self.paths[index].cc.on_spurious_congestion_event();
         }
     }
 
@@ -150,11 +151,12 @@ impl Connection {
         wire::is_stateless_reset(data, &token)
     }
 
-    /// Processes the frames of one packet; returns whether it was ack-eliciting.
+    /// Processes the frames of one packet that arrived on path `index`; returns whether it
+    /// was ack-eliciting.
     pub(crate) fn process_frames(
         &mut self,
         now: Instant,
-        _pn: u64,
+        index: usize,
         payload: &[u8],
     ) -> Result<bool, FrameError> {
         let mut ack_eliciting = false;
@@ -167,7 +169,7 @@ impl Connection {
             // The announcement goes before the frame's own events (FlowReadable, …).
             let waiting = [self.flows.incoming[0].len(), self.flows.incoming[1].len()];
             let first_event = self.events.len();
-            self.process_frame(now, frame)?;
+            self.process_frame(now, index, frame)?;
             for d in [Dir::Uni, Dir::Bi] {
                 let i = FlowSet::dir_index(d);
                 if self.flows.incoming[i].len() > waiting[i] {
@@ -182,21 +184,24 @@ impl Connection {
         Ok(ack_eliciting)
     }
 
-    fn process_frame(&mut self, now: Instant, frame: Frame<'_>) -> Result<(), FrameError> {
+    fn process_frame(
+        &mut self,
+        now: Instant,
+        arrived_on: usize,
+        frame: Frame<'_>,
+    ) -> Result<(), FrameError> {
         match frame {
             Frame::Padding { .. } | Frame::Ping => {}
             Frame::Ack(ack) => {
                 let (path_id, largest, ack_delay_us) =
                     (ack.path_id, ack.largest(), ack.ack_delay_us);
-                if path_id != 0 {
-                    return Err((
-                        TransportErrorCode::PROTOCOL_VIOLATION,
-                        "ACK for unknown path",
-                    ));
-                }
+                let index = self.path_index(path_id).ok_or((
+                    TransportErrorCode::PROTOCOL_VIOLATION,
+                    "ACK for unknown path",
+                ))?;
                 let exponent_delay = Duration::from_micros(ack_delay_us);
                 let mut out = Outcome::default();
-                let path = &mut self.paths[0];
+                let path = &mut self.paths[index];
                 path.sent
                     .on_ack(
                         now,
@@ -214,37 +219,38 @@ impl Connection {
                         path.cc.on_ecn_ce(now, sent, ce, &path.rtt);
                     }
                 }
-                self.on_spurious(&mut out);
-                self.on_acked(now, 0, out.acked);
-                self.on_lost(now, 0, out.lost);
+                if !out.acked.is_empty() {
+                    self.on_path_answered(index);
+                }
+                self.on_spurious(index, &mut out);
+                self.on_acked(now, index, out.acked);
+                self.on_lost(now, index, out.lost);
             }
             Frame::Nack(nack) => {
-                if nack.path_id != 0 {
-                    return Err((
-                        TransportErrorCode::PROTOCOL_VIOLATION,
-                        "NACK for unknown path",
-                    ));
-                }
+                let index = self.path_index(nack.path_id).ok_or((
+                    TransportErrorCode::PROTOCOL_VIOLATION,
+                    "NACK for unknown path",
+                ))?;
                 self.stats.nacks_received += 1;
                 let mut out = Outcome::default();
-                self.paths[0].sent.on_nack(nack.missing.iter(), &mut out);
-                self.on_lost(now, 0, out.lost);
+                self.paths[index]
+                    .sent
+                    .on_nack(nack.missing.iter(), &mut out);
+                self.on_lost(now, index, out.lost);
             }
             Frame::AckRequest => {
-                self.paths[0].acks.immediate = true;
+                self.paths[arrived_on].acks.immediate = true;
             }
             Frame::AckFrequency {
                 path_id,
                 sequence,
                 threshold,
             } => {
-                if path_id != 0 {
-                    return Err((
-                        TransportErrorCode::PROTOCOL_VIOLATION,
-                        "ACK_FREQUENCY for unknown path",
-                    ));
-                }
-                self.paths[0].acks.on_ack_frequency(sequence, threshold);
+                let index = self.path_index(path_id).ok_or((
+                    TransportErrorCode::PROTOCOL_VIOLATION,
+                    "ACK_FREQUENCY for unknown path",
+                ))?;
+                self.paths[index].acks.on_ack_frequency(sequence, threshold);
             }
             Frame::Flow(f) => self.on_flow_data(wire_flow(f.flow_id), f.offset, f.data, f.fin)?,
             Frame::ResetFlow {
@@ -325,7 +331,17 @@ impl Connection {
             }
             Frame::DataBlocked { .. } | Frame::FlowDataBlocked { .. } => {}
             Frame::PathChallenge { data } => {
-                self.path_responses.push_back(data);
+                // Answered on the path it came on, which is what it tests. A few pending
+                // answers are enough; a flood of challenges gets no more.
+                let responses = &mut self.paths[arrived_on].responses;
+                if responses.len() < 4 {
+                    responses.push_back(data);
+                }
+            }
+            Frame::PathResponse { data } => self.on_path_response(data),
+            // Only servers advertise; a client's addresses are learned from its paths.
+            Frame::AddAddress { seq, addr } if self.side == Side::Client => {
+                self.on_add_address(now, seq, addr);
             }
             Frame::Close {
                 application,
@@ -367,7 +383,7 @@ impl Connection {
                 self.confirmed = true;
                 self.flight = None;
             }
-            Frame::Message(m) => self.on_message_fragment(now, m)?,
+            Frame::Message(m) => self.on_message_fragment(now, arrived_on, m)?,
             Frame::MessageSkip { msg_id, credit } => {
                 let id = crate::message::MessageId(msg_id);
                 if let Some(s) = self.messages_in.on_skip(id, credit) {
@@ -398,7 +414,10 @@ impl Connection {
             } if !self.window.peer_closed => {
                 self.window.peer_closed = true;
                 self.window.status_step = 0;
-                let wait = self.paths[0].rtt.smoothed().max(Duration::from_millis(50));
+                let wait = self.paths[self.primary()]
+                    .rtt
+                    .smoothed()
+                    .max(Duration::from_millis(50));
                 self.window.status_at = Some(now + wait);
                 self.events.push_back(Event::WindowClosed {
                     local: false,
@@ -426,6 +445,7 @@ impl Connection {
     fn on_message_fragment(
         &mut self,
         now: Instant,
+        arrived_on: usize,
         m: wire::MessageFrame<'_>,
     ) -> Result<(), FrameError> {
         if m.ordered != crate::message::MessageId(m.msg_id).is_ordered() {
@@ -437,7 +457,7 @@ impl Connection {
         // The receiver's deadline: the time left when the fragment was sent, less the
         // one-way trip it has made (estimated as half the smoothed RTT). It errs early,
         // never late, on symmetric paths.
-        let one_way = self.paths[0].rtt.smoothed() / 2;
+        let one_way = self.paths[arrived_on].rtt.smoothed() / 2;
         let deadline = m.deadline_us.map(|us| {
             (now + Duration::from_micros(us))
                 .checked_sub(one_way)

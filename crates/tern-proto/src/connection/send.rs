@@ -1,7 +1,7 @@
 //! Sending: choosing what goes in the next packet, protecting it, and handling what the peer
 //! acknowledged or lost.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::{Connection, State};
@@ -15,6 +15,9 @@ use crate::wire::{self, Frame};
 pub struct Transmit {
     /// Where to send it.
     pub destination: SocketAddr,
+    /// The local address to send it from (`None`: the socket's default). Each path of a
+    /// multipath connection has its own.
+    pub source: Option<IpAddr>,
     /// Bytes written to the buffer.
     pub size: usize,
     /// ECN codepoint for the IP header (`None`: Not-ECT).
@@ -24,17 +27,33 @@ pub struct Transmit {
 /// Flow frame overhead: type, flow ID, offset and length varints.
 const FLOW_FRAME_OVERHEAD: usize = 1 + 8 + 8 + 4;
 
+/// Datagrams that carry a path challenge or response are padded to this size (when the
+/// amplification limit allows), so that validating a path also proves it carries them.
+const PATH_PROBE_SIZE: usize = 1200;
+
+/// What a packet being built is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// The Close frame only.
+    Close,
+    /// What this path owes: a challenge, responses, probes after a timeout.
+    PathWork,
+    /// Data, on the path the scheduler chose (its window and pacer have room).
+    Data,
+    /// ACKs only.
+    Acks,
+}
+
 impl Connection {
     /// Writes the next datagram into `buf` (appending) and says where it goes, or returns
     /// `None` when nothing may be sent now (see `poll_timeout`).
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let start = buf.len();
         if matches!(self.state, State::Drained) {
             return None;
         }
         if let Some(size) = self.poll_flight(now, buf) {
-            return Some(self.sent_datagram(size, None));
+            return Some(self.sent_datagram(0, size, None));
         }
         self.keys.as_ref()?;
         match self.state {
@@ -48,81 +67,206 @@ impl Connection {
                         self.close_resend_at = Some(now + self.pto());
                     }
                 }
-                let (size, ecn) = self.build_packet(now, buf, true)?;
-                debug_assert_eq!(buf.len() - start, size);
-                return Some(self.sent_datagram(size, ecn));
+                let index = self.primary();
+                let (size, ecn) = self.build_packet(now, buf, index, Purpose::Close)?;
+                return Some(self.sent_datagram(index, size, ecn));
             }
             State::Handshake(_) | State::Drained => return None,
             State::Established => {}
         }
-        let (size, ecn) = self.build_packet(now, buf, false)?;
-        Some(self.sent_datagram(size, ecn))
+        if !self.paths_opened && self.side == crate::Side::Client {
+            // Right after the handshake: every other (local, peer) address pair at once.
+            self.open_paths(now);
+        }
+        // 1. What a particular path owes: challenges, responses, probes.
+        for index in 0..self.paths.len() {
+            let p = &self.paths[index];
+            if p.challenge_pending || !p.responses.is_empty() || p.probes > 0 {
+                if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::PathWork) {
+                    return Some(self.sent_datagram(index, size, ecn));
+                }
+            }
+        }
+        // 2. Data, on the path the scheduler picks among those with room.
+        if self.has_sendable_data() {
+            if let Some(index) = self.schedule(now) {
+                if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data) {
+                    return Some(self.sent_datagram(index, size, ecn));
+                }
+            }
+        }
+        // 3. ACKs due on any path, on the primary path (they name the path they acknowledge).
+        if self
+            .paths
+            .iter()
+            .any(|p| p.acks.wants_ack(now) || !p.acks.nack.is_empty())
+        {
+            let index = self.ack_path();
+            let (size, ecn) = self.build_packet(now, buf, index, Purpose::Acks)?;
+            return Some(self.sent_datagram(index, size, ecn));
+        }
+        None
     }
 
-    fn sent_datagram(&mut self, size: usize, ecn: Option<EcnCodepoint>) -> Transmit {
+    fn sent_datagram(&mut self, index: usize, size: usize, ecn: Option<EcnCodepoint>) -> Transmit {
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += size as u64;
-        self.paths[0].bytes_sent += size as u64;
+        let path = &mut self.paths[index];
+        path.bytes_sent += size as u64;
         Transmit {
-            destination: self.paths[0].remote,
+            destination: path.remote,
+            source: path.source.or(path.local.filter(|_| path.id != 0)),
             size,
             ecn,
         }
     }
 
-    /// Builds one protected short-header packet; `close_only` sends just the Close frame.
-    /// Returns its size and the ECN codepoint it leaves with.
+    /// The path for the next data packet: the scheduler's pick among the paths that could
+    /// send a full packet now. Standby paths are offered only when no active path is usable;
+    /// a path still being validated only when no path is (the peer moved: its new address is
+    /// used within the 3× amplification limit until it answers).
+    fn schedule(&mut self, now: Instant) -> Option<usize> {
+        use crate::path::scheduler::Candidate;
+        use crate::path::PathState;
+        let any_active = self
+            .paths
+            .iter()
+            .any(|p| p.usable() && p.state == PathState::Active);
+        let any_usable = self.paths.iter().any(|p| p.usable());
+        let total_cwnd: u64 = self
+            .paths
+            .iter()
+            .filter(|p| p.usable())
+            .map(|p| p.cc.window())
+            .sum();
+        let mut candidates = [Candidate {
+            index: 0,
+            rtt: Duration::ZERO,
+            cwnd: 0,
+            in_flight: 0,
+        }; crate::path::MAX_PATHS];
+        let mut count = 0;
+        for index in 0..self.paths.len() {
+            let p = &self.paths[index];
+            let eligible = if any_usable {
+                p.usable() && (p.state == PathState::Active || !any_active)
+            } else {
+                p.state != PathState::Dead && p.challenge.is_some()
+            };
+            if !eligible || !self.can_send_data(now, index, total_cwnd) {
+                continue;
+            }
+            let p = &self.paths[index];
+            candidates[count] = Candidate {
+                index,
+                rtt: p.rank_rtt(),
+                cwnd: p.cc.window(),
+                in_flight: p.sent.bytes_in_flight,
+            };
+            count += 1;
+            if count == candidates.len() {
+                break;
+            }
+        }
+        (count > 0).then(|| self.scheduler.pick(&candidates[..count]))
+    }
+
+    /// Whether path `index` has room for a full data packet now: amplification budget,
+    /// congestion window, its share of the peer's receive window (decoupled flow control,
+    /// DESIGN.md F16: a path holds at most cwnd/Σcwnd of it unacknowledged, so a slow or
+    /// dying path cannot hold the connection's window), then the pacer.
+    fn can_send_data(&mut self, now: Instant, index: usize, total_cwnd: u64) -> bool {
+        let window = self.flows.peer_connection_window();
+        let several = self.paths.iter().filter(|p| p.usable()).count() > 1;
+        let path = &mut self.paths[index];
+        let budget = path.amplification_budget();
+        let mtu = u64::from(path.mtu).min(budget);
+        if mtu < super::MIN_PACKET_BUDGET || path.cwnd_room() < mtu {
+            return false;
+        }
+        if several && total_cwnd > 0 {
+            let share =
+                (u128::from(window) * u128::from(path.cc.window()) / u128::from(total_cwnd)) as u64;
+            if path.sent.bytes_in_flight + mtu > share.max(2 * mtu) {
+                return false;
+            }
+        }
+        let rate = path.cc.pacing_rate(&path.rtt);
+        if let Some(at) = path.pacer.delay(
+            now,
+            mtu,
+            path.cc.window(),
+            rate,
+            path.rtt.smoothed(),
+            path.mtu,
+        ) {
+            if at > now {
+                path.pacing_until = Some(at);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The path an ACK-only packet takes: the primary one, or any with amplification budget.
+    fn ack_path(&self) -> usize {
+        let primary = self.primary();
+        if self.paths[primary].amplification_budget() >= super::MIN_PACKET_BUDGET {
+            return primary;
+        }
+        self.paths
+            .iter()
+            .position(|p| p.amplification_budget() >= super::MIN_PACKET_BUDGET)
+            .unwrap_or(primary)
+    }
+
+    /// Builds one protected short-header packet on path `index` for `purpose`. Returns its
+    /// size and the ECN codepoint it leaves with.
     fn build_packet(
         &mut self,
         now: Instant,
         buf: &mut Vec<u8>,
-        close_only: bool,
+        index: usize,
+        purpose: Purpose,
     ) -> Option<(usize, Option<EcnCodepoint>)> {
-        let mtu = usize::from(self.paths[0].mtu);
-        let budget = self.paths[0].amplification_budget();
+        let close_only = purpose == Purpose::Close;
+        let path = &self.paths[index];
+        let mtu = usize::from(path.mtu);
+        let budget = path.amplification_budget();
         if (budget as usize) < mtu.min(super::MIN_PACKET_BUDGET as usize) {
             return None;
         }
         let mtu = mtu.min(budget as usize);
-        let wants_ack = self.paths[0].acks.wants_ack(now) || !self.paths[0].acks.nack.is_empty();
-        let probing = self.probes > 0;
-        let mut data_allowed = !close_only && self.has_sendable_data();
-        if data_allowed && !probing {
-            let path = &mut self.paths[0];
-            // Congestion window, then pacing.
-            if path.cwnd_room() < mtu as u64 {
-                data_allowed = false;
-            } else {
-                let rate = path.cc.pacing_rate(&path.rtt);
-                if let Some(at) = path.pacer.delay(
-                    now,
-                    mtu as u64,
-                    path.cc.window(),
-                    rate,
-                    path.rtt.smoothed(),
-                    path.mtu,
-                ) {
-                    if at > now {
-                        path.pacing_until = Some(at);
-                        data_allowed = false;
-                    }
-                }
-            }
-        }
-        if !close_only && !wants_ack && !data_allowed {
-            return None;
-        }
+        let path_work = purpose == Purpose::PathWork;
+        let probing = path_work && path.probes > 0;
+        let wants_ack = self
+            .paths
+            .iter()
+            .any(|p| p.acks.wants_ack(now) || !p.acks.nack.is_empty());
+        let data_allowed = match purpose {
+            Purpose::Data => true,
+            Purpose::PathWork => probing && path.usable() && self.has_sendable_data(),
+            Purpose::Close | Purpose::Acks => false,
+        };
+        let path_id = path.id;
         let start = buf.len();
-        let path = &mut self.paths[0];
+        let path = &mut self.paths[index];
         let pn = path.sent.take_pn();
-        let header =
-            wire::ShortHeader::new(self.remote_cid, 0, false, pn, path.sent.largest_acked, None);
+        let header = wire::ShortHeader::new(
+            self.remote_cid,
+            path_id as u8,
+            false,
+            pn,
+            path.sent.largest_acked,
+            None,
+        );
         header.encode(buf);
         let header_len = buf.len() - start;
         let max_payload = mtu - header_len - TAG_LEN;
         let payload_start = buf.len();
         let mut frames = crate::recovery::SentFrames::new();
         let mut ack_eliciting = false;
+        let mut pad_to = 0;
 
         if close_only {
             if let Some(close) = &self.close {
@@ -136,10 +280,25 @@ impl Connection {
                 .encode(buf);
             }
         } else {
-            if wants_ack || data_allowed {
-                if let Some((floor, largest)) = self.write_ack(now, buf, max_payload) {
-                    frames.push(SentFrame::Ack { floor, largest });
+            if path_work {
+                let path = &mut self.paths[index];
+                if let Some(data) = path.challenge.filter(|_| path.challenge_pending) {
+                    Frame::PathChallenge { data }.encode(buf);
+                    frames.push(SentFrame::PathChallenge(path_id));
+                    path.challenge_pending = false;
+                    path.challenges_sent += 1;
+                    ack_eliciting = true;
+                    pad_to = PATH_PROBE_SIZE;
                 }
+                while let Some(data) = path.responses.pop_front() {
+                    Frame::PathResponse { data }.encode(buf);
+                    ack_eliciting = true;
+                    pad_to = PATH_PROBE_SIZE;
+                }
+            }
+            if wants_ack || data_allowed {
+                let room = max_payload.saturating_sub(buf.len() - payload_start);
+                self.write_acks(now, buf, room, &mut frames);
             }
             if data_allowed {
                 let limit = payload_start + max_payload;
@@ -147,25 +306,29 @@ impl Connection {
                 if self.data_allowed_by_window() {
                     ack_eliciting |= self.write_datagrams(buf, limit);
                     let before = frames.len();
-                    self.write_message_frames(now, buf, limit, &mut frames);
+                    self.write_message_frames(now, index, buf, limit, &mut frames);
                     let room = limit.saturating_sub(buf.len());
                     self.write_flow_frames(buf, room, &mut frames);
                     ack_eliciting |= frames.len() > before;
                 }
-                if self.ping_pending || (probing && !ack_eliciting) {
+                if self.ping_pending {
                     Frame::Ping.encode(buf);
                     self.ping_pending = false;
                     ack_eliciting = true;
                 }
-                if probing {
-                    // A probe asks for an immediate answer (SLTP REPLY_REQ): each probe then
-                    // gets its own ACK, which doubles the chances through a loss burst.
-                    Frame::AckRequest.encode(buf);
+            }
+            if probing {
+                if !ack_eliciting {
+                    Frame::Ping.encode(buf);
+                    ack_eliciting = true;
                 }
+                // A probe asks for an immediate answer (SLTP REPLY_REQ): each probe then
+                // gets its own ACK, which doubles the chances through a loss burst.
+                Frame::AckRequest.encode(buf);
             }
         }
         let carries_ack = frames.iter().any(|f| matches!(f, SentFrame::Ack { .. }));
-        if carries_ack && !ack_eliciting && self.wants_ack_of_ack(now) {
+        if carries_ack && !ack_eliciting && self.wants_ack_of_ack(now, index) {
             // An ACK-only packet is never acknowledged, so a receiver that only receives
             // would repeat its old gaps forever: once per RTT, ask for an acknowledgement.
             Frame::Ping.encode(buf);
@@ -176,7 +339,7 @@ impl Connection {
             && !probing
             && ack_eliciting
             && app_limited
-            && self.paths[0].ack_request.threshold > 2
+            && self.paths[index].ack_request.threshold > 2
         {
             // The last packet before we fall silent: with a high AckFrequency threshold its
             // ACK would wait for max_ack_delay.
@@ -184,26 +347,28 @@ impl Connection {
         }
         if buf.len() == payload_start {
             // Nothing to say after all: give the packet number back.
-            self.paths[0].sent.next_pn -= 1;
+            self.paths[index].sent.next_pn -= 1;
             buf.truncate(start);
             return None;
         }
-        // Short payloads are padded so that every packet is longer than a stateless reset.
-        while buf.len() - payload_start < 4 {
+        // Short payloads are padded so that every packet is longer than a stateless reset;
+        // path validation packets to the probe size.
+        let pad_to = (pad_to.min(mtu).saturating_sub(header_len + TAG_LEN)).max(4);
+        while buf.len() - payload_start < pad_to {
             buf.push(0);
         }
         let keys = self.keys.as_ref()?;
         let (head, body) = buf[start..].split_at_mut(header_len);
-        let tag = keys.0.seal_in_place(self.paths[0].id, pn, head, body)?;
+        let tag = keys.0.seal_in_place(path_id, pn, head, body)?;
         buf.extend_from_slice(&tag);
         let size = buf.len() - start;
-        if self.probes > 0 && ack_eliciting {
-            self.probes -= 1;
+        let path = &mut self.paths[index];
+        if probing && ack_eliciting {
+            path.probes -= 1;
         }
         if !ack_eliciting && !close_only {
             self.stats.ack_only_sent += 1;
         }
-        let path = &mut self.paths[0];
         let ecn = path.ecn.mark();
         path.ecn.on_sent(ecn);
         let in_flight = ack_eliciting;
@@ -230,33 +395,67 @@ impl Connection {
 
     /// Whether an ACK-only packet should carry a Ping: our ACKs repeat gaps the peer may
     /// already know of, and nothing ack-eliciting went out for a round trip.
-    fn wants_ack_of_ack(&self, now: Instant) -> bool {
-        let path = &self.paths[0];
-        path.acks.received.len() > 1
+    fn wants_ack_of_ack(&self, now: Instant, index: usize) -> bool {
+        let path = &self.paths[index];
+        self.paths.iter().any(|p| p.acks.received.len() > 1)
             && path
                 .sent
                 .time_of_last_ack_eliciting
                 .is_none_or(|t| now.saturating_duration_since(t) >= path.rtt.smoothed())
     }
 
-    /// Writes the path's ACK (and NACK). Returns the numbers the ACK described completely,
-    /// `(floor, largest)`: once the peer acknowledges this packet, it knows of them.
-    fn write_ack(
+    /// Writes the ACK (and NACK) of every path that has something to acknowledge, each
+    /// naming its path, within `room` bytes. Records for each the numbers it described
+    /// completely, `(floor, largest)`: once the peer acknowledges this packet, it knows of them.
+    fn write_acks(
         &mut self,
         now: Instant,
         buf: &mut Vec<u8>,
-        max_payload: usize,
-    ) -> Option<(u64, u64)> {
-        let acks = &mut self.paths[0].acks;
-        let (_, received_at) = acks.largest?;
-        if !acks.dirty && acks.nack.is_empty() {
-            return None;
+        room: usize,
+        frames: &mut crate::recovery::SentFrames,
+    ) {
+        let due = self
+            .paths
+            .iter()
+            .filter(|p| p.acks.largest.is_some() && (p.acks.dirty || !p.acks.nack.is_empty()))
+            .count();
+        if due == 0 {
+            return;
         }
+        // Half the packet for acknowledgements, shared among the paths that need one.
+        let budget = (room / 2 / due).max(64.min(room));
+        for index in 0..self.paths.len() {
+            let path = &self.paths[index];
+            if path.acks.largest.is_none() || (!path.acks.dirty && path.acks.nack.is_empty()) {
+                continue;
+            }
+            let id = path.id;
+            if let Some((floor, largest)) = self.write_ack(now, index, buf, budget) {
+                frames.push(SentFrame::Ack {
+                    path: id,
+                    floor,
+                    largest,
+                });
+            }
+        }
+    }
+
+    /// Writes one path's ACK (and NACK) in at most `budget` bytes.
+    fn write_ack(
+        &mut self,
+        now: Instant,
+        index: usize,
+        buf: &mut Vec<u8>,
+        budget: usize,
+    ) -> Option<(u64, u64)> {
+        let path = &mut self.paths[index];
+        let id = path.id;
+        let acks = &mut path.acks;
+        let (_, received_at) = acks.largest?;
         let delay = now.saturating_duration_since(received_at);
-        let budget = max_payload / 2;
         let ecn = acks.ecn.any().then_some(acks.ecn);
         let plan = wire::encode_ack(
-            0,
+            id,
             delay.as_micros() as u64,
             acks.reported(),
             crate::recovery::MAX_ACK_RANGES,
@@ -275,7 +474,7 @@ impl Connection {
         });
         if !acks.nack.is_empty() {
             let nack = &acks.nack;
-            wire::encode_nack(0, nack.iter().copied(), nack.len(), budget / 2, buf);
+            wire::encode_nack(id, nack.iter().copied(), nack.len(), budget / 2, buf);
             self.stats.nacks_sent += 1;
         }
         acks.on_ack_sent();
@@ -310,7 +509,10 @@ impl Connection {
             self.window.status_pending = false;
             self.stats.window_probes += 1;
             // Poll again later, backing off from one RTT to a second while it stays closed.
-            let base = self.paths[0].rtt.smoothed().max(Duration::from_millis(50));
+            let base = self.paths[self.primary()]
+                .rtt
+                .smoothed()
+                .max(Duration::from_millis(50));
             let step = self.window.status_step.min(5);
             let wait = (base * (1 << step)).min(Duration::from_secs(1));
             self.window.status_step += 1;
@@ -327,27 +529,36 @@ impl Connection {
             .encode(buf);
             frames.push(SentFrame::MessageSkip(id, credit));
         }
-        let request = &mut self.paths[0].ack_request;
-        if request.pending && room(buf) {
-            Frame::AckFrequency {
-                path_id: 0,
-                sequence: request.sequence,
-                threshold: request.threshold,
+        for path in &mut self.paths {
+            let request = &mut path.ack_request;
+            if request.pending && room(buf) {
+                Frame::AckFrequency {
+                    path_id: path.id,
+                    sequence: request.sequence,
+                    threshold: request.threshold,
+                }
+                .encode(buf);
+                frames.push(SentFrame::AckFrequency(path.id));
+                request.pending = false;
             }
-            .encode(buf);
-            frames.push(SentFrame::AckFrequency);
-            request.pending = false;
+        }
+        if self.advertise_pending
+            && limit.saturating_sub(buf.len()) >= 32 * self.config.advertise.len()
+        {
+            for (seq, addr) in self.config.advertise.iter().enumerate() {
+                Frame::AddAddress {
+                    seq: seq as u64,
+                    addr: *addr,
+                }
+                .encode(buf);
+            }
+            frames.push(SentFrame::AddAddress);
+            self.advertise_pending = false;
         }
         if self.handshake_done_pending && room(buf) {
             Frame::HandshakeDone.encode(buf);
             frames.push(SentFrame::HandshakeDone);
             self.handshake_done_pending = false;
-        }
-        while room(buf) {
-            let Some(data) = self.path_responses.pop_front() else {
-                break;
-            };
-            Frame::PathResponse { data }.encode(buf);
         }
         if self.flows.max_data_pending && room(buf) {
             Frame::MaxData {
@@ -402,6 +613,7 @@ impl Connection {
     fn write_message_frames(
         &mut self,
         now: Instant,
+        index: usize,
         buf: &mut Vec<u8>,
         limit: usize,
         frames: &mut crate::recovery::SentFrames,
@@ -409,7 +621,7 @@ impl Connection {
         // Frame overhead: type, ID, flags, priority, lengths, offset, deadline, reply-to.
         const OVERHEAD: usize = 1 + 8 + 2 + 8 + 8 + 8 + 8 + 4;
         // The path does not change while one packet is built.
-        let path = self.paths[0].message_estimate();
+        let path = self.paths[index].message_estimate();
         while limit.saturating_sub(buf.len()) > OVERHEAD {
             let max = (limit - buf.len() - OVERHEAD) as u64;
             let credit = self.flows.conn_credit();
@@ -528,7 +740,7 @@ impl Connection {
             return;
         }
         // The path answers: probes still owed from a timeout are no longer needed.
-        self.probes = 0;
+        self.paths[path_id].probes = 0;
         for (_, p) in &acked {
             let path = &mut self.paths[path_id];
             if p.in_flight {
@@ -578,8 +790,15 @@ impl Connection {
                 self.flows.reap(id);
             } else if let SentFrame::Message { id, offset, len } = *f {
                 self.messages_out.on_acked(id, offset, u64::from(len));
-            } else if let SentFrame::Ack { floor, largest } = *f {
-                self.paths[0].acks.on_ack_acknowledged(floor, largest);
+            } else if let SentFrame::Ack {
+                path,
+                floor,
+                largest,
+            } = *f
+            {
+                if let Some(i) = self.path_index(path) {
+                    self.paths[i].acks.on_ack_acknowledged(floor, largest);
+                }
             }
         }
     }
@@ -678,7 +897,19 @@ impl Connection {
                     self.messages_out.skips.push_back((id, credit))
                 }
                 SentFrame::WindowState => self.window.update_pending = true,
-                SentFrame::AckFrequency => self.paths[0].ack_request.pending = true,
+                SentFrame::AckFrequency(path) => {
+                    if let Some(i) = self.path_index(path) {
+                        self.paths[i].ack_request.pending = true;
+                    }
+                }
+                SentFrame::AddAddress => self.advertise_pending = true,
+                SentFrame::PathChallenge(path) => {
+                    if let Some(p) = self.path_index(path).map(|i| &mut self.paths[i]) {
+                        if !p.validated && p.challenge.is_some() {
+                            p.challenge_pending = true;
+                        }
+                    }
+                }
                 // The ACK state is current at every send; nothing to resend.
                 SentFrame::Ack { .. } => {}
             }

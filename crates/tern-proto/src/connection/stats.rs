@@ -82,4 +82,8 @@ pub struct ConnectionStats {
     pub congestion_events: u64,
     /// See `congestion_events`.
     pub non_congestive_losses: u64,
+    /// Paths the connection holds (every state).
+    pub paths: usize,
+    /// Packets moved off a path that stopped answering, to be re-sent on the others.
+    pub packets_rerouted: u64,
 }

@@ -124,6 +124,8 @@ pub(crate) struct FlowSet {
     pub(crate) ready: VecDeque<FlowId>,
     /// Connection-level credit the peer gave us, and how much new data we sent.
     pub(crate) peer_max_data: u64,
+    /// See [`peer_connection_window`](Self::peer_connection_window).
+    pub(crate) peer_window: u64,
     pub(crate) data_sent: u64,
     /// Connection-level credit we gave, its window, and how much we received / consumed.
     pub(crate) local_max_data: u64,
@@ -189,6 +191,7 @@ impl FlowSet {
             incoming: [VecDeque::new(), VecDeque::new()],
             ready: VecDeque::new(),
             peer_max_data: PRE_HANDSHAKE_CREDIT,
+            peer_window: PRE_HANDSHAKE_CREDIT,
             data_sent: 0,
             local_max_data: local.connection_window,
             local_window: local.connection_window,
@@ -292,6 +295,12 @@ impl FlowSet {
         }
     }
 
+    /// The receive window the peer granted for the whole connection (its first MaxData, the
+    /// size every later one keeps open ahead of what it consumed).
+    pub(crate) fn peer_connection_window(&self) -> u64 {
+        self.peer_window
+    }
+
     /// Connection-level credit left for new bytes.
     pub(crate) fn conn_credit(&self) -> u64 {
         self.peer_max_data.saturating_sub(self.data_sent)
@@ -327,6 +336,7 @@ impl FlowSet {
         uni: u64,
     ) {
         self.peer_max_data = self.peer_max_data.max(max_data);
+        self.peer_window = self.peer_window.max(max_data);
         for (limit, new) in self.peer_max.iter_mut().zip(max_flows) {
             *limit = (*limit).max(new);
         }

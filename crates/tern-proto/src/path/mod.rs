@@ -1,8 +1,12 @@
-//! Paths (DESIGN.md F15): one per (local address, remote address) pair, each with its own
-//! packet numbers, RTT, loss recovery, congestion controller and pacer. Version 1 of the core
-//! drives one path; the structures are per path so that multipath adds paths, not rewrites.
+//! Paths ("channels", DESIGN.md F15): one per (local address, remote address) pair, each with
+//! its own packet numbers, replay window, RTT, loss recovery, congestion controller and pacer.
+//! The connection keeps only what the paths share (flows, messages, credit, keys); which path
+//! the next packet takes is the scheduler's choice (`scheduler.rs`).
 
-use std::net::SocketAddr;
+pub(crate) mod scheduler;
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use crate::cc::{Controller, ControllerFactory, Pacer, PathInfo};
@@ -10,11 +14,50 @@ use crate::crypto::ReplayWindow;
 use crate::recovery::ecn::EcnSender;
 use crate::recovery::{AckTracker, RttEstimator, SentPackets};
 
+/// Most paths one connection holds (PROTOCOL.md §13).
+pub const MAX_PATHS: usize = 8;
+
+/// Challenges sent on a path before it is given up as unreachable.
+pub(crate) const MAX_CHALLENGES: u32 = 4;
+
+/// What a path may be used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PathState {
+    /// Carries data (once validated).
+    Active,
+    /// Used only when no active path works (handover, a metered link kept in reserve).
+    Standby,
+    /// Stopped answering, or never answered its challenge: nothing but probes is sent on it
+    /// until it answers again (then it is active again).
+    Dead,
+}
+
 /// Sending and receiving state of one path.
 #[derive(Debug)]
 pub(crate) struct Path {
     pub(crate) id: u32,
     pub(crate) remote: SocketAddr,
+    /// Our address on this path, if known (learned from arriving datagrams, or chosen when
+    /// the path was opened from a given local address).
+    pub(crate) local: Option<IpAddr>,
+    /// The address datagrams of this path must leave from: set for paths opened from a
+    /// chosen local address; `None` lets the host pick (and follow its own address changes).
+    pub(crate) source: Option<IpAddr>,
+    pub(crate) state: PathState,
+    /// The state the application (or peer) asked for; `state` falls back to it when a dead
+    /// path answers again.
+    pub(crate) wanted: PathState,
+    /// Our outstanding challenge on this path and how many were sent.
+    pub(crate) challenge: Option<[u8; 8]>,
+    pub(crate) challenges_sent: u32,
+    /// A challenge must go out on this path.
+    pub(crate) challenge_pending: bool,
+    /// Responses owed to the peer's challenges, sent on this path.
+    pub(crate) responses: VecDeque<[u8; 8]>,
+    /// Probe packets owed after a probe timeout of this path (sent regardless of its window).
+    pub(crate) probes: u32,
+    /// A PathStatus for this path must be (re)sent.
+    pub(crate) status_pending: bool,
     pub(crate) rtt: RttEstimator,
     pub(crate) cc: Box<dyn Controller>,
     pub(crate) pacer: Pacer,
@@ -24,6 +67,10 @@ pub(crate) struct Path {
     pub(crate) mtu: u16,
     /// The peer proved it receives at `remote` (before that, the 3× limit applies).
     pub(crate) validated: bool,
+    /// We learned this path's remote address from a datagram (the peer opened the path or
+    /// moved): until it is validated, we send at most 3× what arrived from it. A path we
+    /// opened ourselves to an address we chose is not limited.
+    pub(crate) limited: bool,
     pub(crate) bytes_received: u64,
     pub(crate) bytes_sent: u64,
     /// Earliest time the pacer lets the next packet go, when it is holding one back.
@@ -116,6 +163,16 @@ impl Path {
         Self {
             id,
             remote,
+            local: None,
+            source: None,
+            state: PathState::Active,
+            wanted: PathState::Active,
+            challenge: None,
+            challenges_sent: 0,
+            challenge_pending: false,
+            responses: VecDeque::new(),
+            probes: 0,
+            status_pending: false,
             rtt: RttEstimator::new(config.initial_rtt),
             cc,
             pacer,
@@ -124,6 +181,7 @@ impl Path {
             replay: ReplayWindow::default(),
             mtu,
             validated: false,
+            limited: true,
             bytes_received: 0,
             bytes_sent: 0,
             pacing_until: None,
@@ -138,7 +196,7 @@ impl Path {
 
     /// Bytes we may still send before the peer's address is validated (3× what it sent).
     pub(crate) fn amplification_budget(&self) -> u64 {
-        if self.validated {
+        if self.validated || !self.limited {
             u64::MAX
         } else {
             (3 * self.bytes_received).saturating_sub(self.bytes_sent)
@@ -149,4 +207,66 @@ impl Path {
     pub(crate) fn cwnd_room(&self) -> u64 {
         self.cc.window().saturating_sub(self.sent.bytes_in_flight)
     }
+
+    /// Whether the scheduler may put data on this path: validated, and in the wanted state.
+    pub(crate) fn usable(&self) -> bool {
+        self.validated && self.state != PathState::Dead
+    }
+
+    /// The RTT the scheduler ranks paths by: the smoothed estimate, or the configured initial
+    /// RTT before the first sample.
+    pub(crate) fn rank_rtt(&self) -> std::time::Duration {
+        self.rtt.smoothed()
+    }
+
+    /// This path's figures for the application.
+    pub(crate) fn stats(&self) -> PathStats {
+        PathStats {
+            id: self.id,
+            remote: self.remote,
+            local: self.local,
+            state: self.state,
+            validated: self.validated,
+            rtt: self.rtt.smoothed(),
+            min_rtt: self.rtt.min().unwrap_or_default(),
+            cwnd: self.cc.window(),
+            bytes_in_flight: self.sent.bytes_in_flight,
+            max_datagram_size: self.mtu,
+            bytes_sent: self.bytes_sent,
+            bytes_received: self.bytes_received,
+            packets_sent: self.sent.next_pn,
+        }
+    }
+}
+
+/// One path's figures (see [`Connection::path_stats`](crate::Connection::path_stats)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PathStats {
+    /// The path's ID (in the short header and the ACK frames).
+    pub id: u32,
+    /// The peer's address on this path.
+    pub remote: SocketAddr,
+    /// Our address on this path, if known.
+    pub local: Option<IpAddr>,
+    /// Active, standby or dead.
+    pub state: PathState,
+    /// The peer proved it receives on this path.
+    pub validated: bool,
+    /// Smoothed RTT.
+    pub rtt: std::time::Duration,
+    /// Lowest RTT seen.
+    pub min_rtt: std::time::Duration,
+    /// Congestion window, bytes.
+    pub cwnd: u64,
+    /// Bytes sent and not yet acknowledged or lost.
+    pub bytes_in_flight: u64,
+    /// Largest datagram sent on the path.
+    pub max_datagram_size: u16,
+    /// Datagram bytes sent and received on the path.
+    pub bytes_sent: u64,
+    /// Datagram bytes received on the path.
+    pub bytes_received: u64,
+    /// Packets sent (packet numbers used).
+    pub packets_sent: u64,
 }

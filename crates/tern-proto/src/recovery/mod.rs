@@ -52,14 +52,20 @@ pub(crate) enum SentFrame {
     MessageSkip(crate::message::MessageId, u64),
     /// A WindowClose or WindowOpen (the current state is resent if lost).
     WindowState,
-    /// An AckFrequency (the current request is resent if lost).
-    AckFrequency,
+    /// An AckFrequency for this path (the current request is resent if lost).
+    AckFrequency(u32),
     /// An ACK that described everything received in `floor..=largest`: once the peer has it
     /// (this packet is acknowledged), those numbers need never be reported again.
     Ack {
+        path: u32,
         floor: u64,
         largest: u64,
     },
+    /// A PathChallenge on this path (a new one is sent if it is lost and the path is still
+    /// unvalidated).
+    PathChallenge(u32),
+    /// AddAddress frames (our advertised addresses are resent if lost).
+    AddAddress,
 }
 
 /// One packet in flight.
@@ -508,6 +514,17 @@ impl SentPackets {
     #[cfg(test)]
     pub(crate) fn remembered_losses(&self) -> usize {
         self.declared_lost.len()
+    }
+
+    /// Takes every outstanding packet off this path (it stopped answering): their frames go
+    /// to other paths. They are remembered as losses, so that a late acknowledgement marks
+    /// them spurious instead of being refused.
+    pub(crate) fn abandon(&mut self, now: Instant, rtt: &RttEstimator) -> Vec<(u64, SentPacket)> {
+        let all: Vec<(u64, SentPacket)> = std::mem::take(&mut self.packets).into_iter().collect();
+        self.bytes_in_flight = 0;
+        self.loss_time = None;
+        self.record_losses(now, &all, false, rtt);
+        all
     }
 
     /// The oldest ack-eliciting packet still outstanding (for probe content).

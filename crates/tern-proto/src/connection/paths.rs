@@ -1,0 +1,272 @@
+//! Paths of a connection (PROTOCOL.md §13): opening one per (local address, peer address)
+//! pair at once, validating each (challenge/response) before it carries data, following a
+//! peer that changed address, and moving data off a path that stopped answering.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+use rand::RngCore;
+
+use super::Connection;
+use crate::event::Event;
+use crate::path::{Path, PathState, MAX_CHALLENGES};
+use crate::Side;
+
+impl Connection {
+    /// Most paths this connection may hold.
+    fn path_limit(&self) -> usize {
+        self.config.max_paths.clamp(1, crate::path::MAX_PATHS)
+    }
+
+    /// A new path, not yet validated, with a challenge to send. `ours`: we chose its
+    /// addresses (no amplification limit); otherwise a datagram from the peer opened it.
+    fn add_path(
+        &mut self,
+        now: Instant,
+        id: u32,
+        remote: SocketAddr,
+        local: Option<IpAddr>,
+        ours: bool,
+    ) {
+        let mut path = Path::new(
+            now,
+            id,
+            remote,
+            self.paths[0].mtu,
+            &self.config,
+            self.config.congestion.as_ref(),
+        );
+        path.local = local;
+        path.limited = !ours;
+        if ours {
+            // The client chose this (local, remote) pair: its datagrams leave from there.
+            path.source = local;
+        }
+        self.paths.push(path);
+        self.start_validation(self.paths.len() - 1);
+        tracing::debug!(id, %remote, ?local, "path opened");
+        self.events.push_back(Event::PathOpened { id, remote });
+    }
+
+    /// Starts (or restarts) validating a path: a fresh challenge goes out on it.
+    fn start_validation(&mut self, index: usize) {
+        let mut data = [0u8; 8];
+        self.path_rng.fill_bytes(&mut data);
+        let path = &mut self.paths[index];
+        path.validated = false;
+        path.challenge = Some(data);
+        path.challenges_sent = 0;
+        path.challenge_pending = true;
+    }
+
+    /// Client: opens a path for every (local address, peer address) pair of the same family
+    /// that has none yet, all at once (Viscous), up to the path limit. Called when the
+    /// handshake completes and when the peer advertises an address.
+    pub(crate) fn open_paths(&mut self, now: Instant) {
+        if self.side != Side::Client || !self.is_established() {
+            return;
+        }
+        self.paths_opened = true;
+        let first = &self.paths[0];
+        let mut locals: Vec<Option<IpAddr>> = vec![first.local];
+        for ip in &self.config.local_ips {
+            if !locals.contains(&Some(*ip)) {
+                locals.push(Some(*ip));
+            }
+        }
+        let mut remotes = vec![first.remote];
+        for (_, addr) in &self.peer_addresses {
+            if !remotes.contains(addr) {
+                remotes.push(*addr);
+            }
+        }
+        for remote in remotes {
+            for local in &locals {
+                if self.paths.len() >= self.path_limit() {
+                    return;
+                }
+                if local.is_some_and(|l| l.is_ipv4() != remote.is_ipv4()) {
+                    continue;
+                }
+                let covered = self.paths.iter().any(|p| {
+                    p.remote == remote
+                        && (p.local == *local
+                            // A path whose local address is unknown may be any of ours.
+                            || p.local.is_none())
+                });
+                if covered || local.is_none() {
+                    continue;
+                }
+                let id = self.paths.iter().map(|p| p.id).max().unwrap_or(0) + 1;
+                self.add_path(now, id, remote, *local, true);
+            }
+        }
+    }
+
+    /// An authenticated packet arrived on path `id` from `remote` to `local`: finds its path,
+    /// or opens it when the peer started a new one. `None`: the packet is dropped (too many
+    /// paths).
+    pub(crate) fn path_for_packet(
+        &mut self,
+        now: Instant,
+        id: u32,
+        remote: SocketAddr,
+        local: Option<IpAddr>,
+    ) -> Option<usize> {
+        let index = match self.path_index(id) {
+            Some(i) => i,
+            None => {
+                if self.paths.len() >= self.path_limit() || !self.is_established() {
+                    return None;
+                }
+                self.add_path(now, id, remote, local, false);
+                self.paths.len() - 1
+            }
+        };
+        let path = &mut self.paths[index];
+        if path.local.is_none() {
+            path.local = local;
+        }
+        if path.remote != remote {
+            self.on_peer_address_changed(now, index, remote);
+        }
+        Some(index)
+    }
+
+    /// The peer now sends from another address on this path. The path follows it but sends
+    /// at most 3× what it receives there until the new address answers a challenge, so a
+    /// spoofed source address cannot turn the connection into an amplifier. A new IP address
+    /// is a new network path: its RTT and congestion state start afresh; a new port alone
+    /// (NAT rebinding) keeps them.
+    fn on_peer_address_changed(&mut self, now: Instant, index: usize, remote: SocketAddr) {
+        let config = self.config.clone();
+        let path = &mut self.paths[index];
+        tracing::debug!(id = path.id, old = %path.remote, new = %remote, "peer address changed");
+        if path.remote.ip() != remote.ip() {
+            // Packet numbers, the replay window and what is in flight stay with the path.
+            let fresh = Path::new(
+                now,
+                path.id,
+                remote,
+                path.mtu,
+                &config,
+                config.congestion.as_ref(),
+            );
+            path.rtt = fresh.rtt;
+            path.cc = fresh.cc;
+            path.pacer = fresh.pacer;
+            path.ecn = fresh.ecn;
+            path.pacing_until = None;
+        }
+        path.remote = remote;
+        path.limited = true;
+        path.bytes_received = 0;
+        path.bytes_sent = 0;
+        let id = path.id;
+        self.start_validation(index);
+        self.events
+            .push_back(Event::PeerAddressChanged { id, remote });
+    }
+
+    /// A PathResponse arrived: the path whose challenge it answers is validated (a response
+    /// may come back on any path).
+    pub(crate) fn on_path_response(&mut self, data: [u8; 8]) {
+        let Some(path) = self.paths.iter_mut().find(|p| p.challenge == Some(data)) else {
+            return;
+        };
+        path.challenge = None;
+        path.challenge_pending = false;
+        path.validated = true;
+        let id = path.id;
+        if path.state == PathState::Dead {
+            path.state = path.wanted;
+        }
+        tracing::debug!(id, "path validated");
+        self.events.push_back(Event::PathValidated { id });
+    }
+
+    /// A packet on this path was acknowledged: a dead path is alive again.
+    pub(crate) fn on_path_answered(&mut self, index: usize) {
+        let path = &mut self.paths[index];
+        if path.state == PathState::Dead && path.validated {
+            path.state = path.wanted;
+            let id = path.id;
+            tracing::debug!(id, "path answers again");
+            self.events.push_back(Event::PathAlive { id });
+        }
+    }
+
+    /// A probe timeout fired on a path of a multipath connection. If other paths can carry
+    /// its data, the path is declared dead and everything in flight on it is queued again
+    /// for them at once (instead of waiting for it); returns whether that happened. A path
+    /// that never answered its challenges is given up the same way.
+    pub(crate) fn on_path_silent(&mut self, now: Instant, index: usize) -> bool {
+        let path = &mut self.paths[index];
+        if !path.validated && path.challenge.is_some() {
+            // The challenge (or its answer) was lost: the next challenge is the probe, until
+            // the path is given up.
+            path.probes = 0;
+            path.sent.abandon(now, &path.rtt);
+            if path.challenges_sent >= MAX_CHALLENGES {
+                if path.state != PathState::Dead {
+                    path.state = PathState::Dead;
+                    let id = path.id;
+                    self.events.push_back(Event::PathDead { id });
+                }
+            } else {
+                path.challenge_pending = true;
+            }
+            return true;
+        }
+        let others = self
+            .paths
+            .iter()
+            .enumerate()
+            .any(|(i, p)| i != index && p.usable());
+        if !others {
+            return false;
+        }
+        let path = &mut self.paths[index];
+        let moved = path.sent.abandon(now, &path.rtt);
+        if path.state != PathState::Dead {
+            path.state = PathState::Dead;
+            let id = path.id;
+            tracing::debug!(id, moved = moved.len(), "path dead");
+            self.events.push_back(Event::PathDead { id });
+        }
+        self.stats.packets_rerouted += moved.len() as u64;
+        for (_, p) in moved {
+            self.requeue(&p.frames, false);
+        }
+        // The probes owed on it ask whether it is back (Pings: its data went elsewhere).
+        true
+    }
+
+    /// The peer advertised an address (AddAddress).
+    pub(crate) fn on_add_address(&mut self, now: Instant, seq: u64, addr: SocketAddr) {
+        if self.peer_addresses.iter().any(|(s, _)| *s == seq) || self.peer_addresses.len() >= 16 {
+            return;
+        }
+        self.peer_addresses.push((seq, addr));
+        if self.paths_opened {
+            self.open_paths(now);
+        }
+    }
+
+    /// The application's choice for a path: active, or standby (used only while no active
+    /// path works). Returns false if there is no such path.
+    pub fn set_path_state(&mut self, id: u32, state: PathState) -> bool {
+        let Some(i) = self.path_index(id) else {
+            return false;
+        };
+        let path = &mut self.paths[i];
+        if state == PathState::Dead {
+            return false;
+        }
+        path.wanted = state;
+        if path.state != PathState::Dead {
+            path.state = state;
+        }
+        true
+    }
+}
