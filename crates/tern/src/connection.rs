@@ -102,6 +102,28 @@ impl Connection {
             .unwrap_or_default()
     }
 
+    /// Every path of the connection (DESIGN.md F15) with its own figures: addresses, state
+    /// (active, standby, dead), validation, RTT, window, bytes each way.
+    pub fn paths(&self) -> Vec<crate::PathStats> {
+        let mut inner = self.shared.lock();
+        inner
+            .connection(self.id)
+            .map(|c| c.path_stats())
+            .unwrap_or_default()
+    }
+
+    /// Makes a path active or standby (used only while no active path works: the handover
+    /// mode). Returns false if the connection has no such path.
+    pub fn set_path_state(&self, id: u32, state: crate::PathState) -> bool {
+        let mut inner = self.shared.lock();
+        let done = inner
+            .connection(self.id)
+            .is_some_and(|c| c.set_path_state(id, state));
+        drop(inner);
+        self.wake_driver();
+        done
+    }
+
     /// The stream of this connection's events (F8), from now on. Each call makes a new,
     /// independent subscription.
     pub fn events(&self) -> EventStream {

@@ -75,5 +75,6 @@ pub use tern_proto::{
 pub use tern_proto::{
     ConnectionConfig, ConnectionError, ConnectionStats, DatagramError, Dir, EcnCodepoint, EcnState,
     EndpointConfig, EndpointStats, Event, FlowConfig, FlowId, Message, MessageId, MessageOptions,
-    PublicKey, RetryPolicy, SendMessageError, StaticKeypair, Violation,
+    PathState, PathStats, PublicKey, RetryPolicy, SchedulerKind, SendMessageError, StaticKeypair,
+    Violation,
 };
