@@ -713,3 +713,49 @@ async fn an_application_socket_carries_the_connection_and_its_losses_are_recover
         "the dropped datagrams were declared lost: {stats:?}"
     );
 }
+
+#[tokio::test]
+async fn multipath_over_real_sockets_opens_and_uses_a_second_path() {
+    // Both ends on wildcard sockets; the client opens a second path from 127.0.0.2 and the
+    // server advertises 127.0.0.3 (every 127/8 address is local on Linux loopback).
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let advertised: std::net::SocketAddr = ([127, 0, 0, 3], port).into();
+    let server = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .socket(socket)
+        .server()
+        .configure(|c| c.connection.advertise = vec![advertised])
+        .build()
+        .unwrap();
+    let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .configure(|c| c.connection.local_ips = vec![[127, 0, 0, 2].into()])
+        .build()
+        .unwrap();
+    let key = server.public_key();
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        let mut flow = conn.accept_uni().await.unwrap();
+        let data = flow.read_to_end(32 << 20).await.unwrap();
+        (data.len(), conn.paths())
+    });
+    let conn = client
+        .connect(([127, 0, 0, 1], port).into(), Some(key))
+        .await
+        .unwrap();
+    let mut flow = conn.open_uni().await.unwrap();
+    flow.write_all(&vec![5u8; 8 << 20]).await.unwrap();
+    flow.finish().unwrap();
+    flow.finished().await.unwrap();
+    let paths = conn.paths();
+    let (received, server_paths) = srv.await.unwrap();
+    assert_eq!(received, 8 << 20);
+    // (127.0.0.1 → .1), (.2 → .1), (.1 → .3), (.2 → .3): a path per pair, all validated.
+    assert_eq!(paths.len(), 4, "{paths:#?}");
+    assert!(paths.iter().all(|p| p.validated), "{paths:#?}");
+    let used = paths.iter().filter(|p| p.bytes_sent > 100_000).count();
+    assert!(used >= 2, "data went over more than one path: {paths:#?}");
+    assert_eq!(server_paths.len(), 4, "{server_paths:#?}");
+    assert!(server_paths
+        .iter()
+        .any(|p| p.remote.ip() == std::net::IpAddr::from([127, 0, 0, 2])));
+}
