@@ -414,11 +414,7 @@ impl Connection {
         room: usize,
         frames: &mut crate::recovery::SentFrames,
     ) {
-        let due = self
-            .paths
-            .iter()
-            .filter(|p| p.acks.largest.is_some() && (p.acks.dirty || !p.acks.nack.is_empty()))
-            .count();
+        let due = self.paths.iter().filter(|p| p.has_ack_to_send()).count();
         if due == 0 {
             return;
         }
@@ -426,7 +422,7 @@ impl Connection {
         let budget = (room / 2 / due).max(64.min(room));
         for index in 0..self.paths.len() {
             let path = &self.paths[index];
-            if path.acks.largest.is_none() || (!path.acks.dirty && path.acks.nack.is_empty()) {
+            if !path.has_ack_to_send() {
                 continue;
             }
             let id = path.id;

@@ -208,6 +208,11 @@ impl Path {
         self.cc.window().saturating_sub(self.sent.bytes_in_flight)
     }
 
+    /// Whether an ACK of this path would say something new (new numbers, or missing ones).
+    pub(crate) fn has_ack_to_send(&self) -> bool {
+        self.acks.largest.is_some() && (self.acks.dirty || !self.acks.nack.is_empty())
+    }
+
     /// Whether the scheduler may put data on this path: validated, and in the wanted state.
     pub(crate) fn usable(&self) -> bool {
         self.validated && self.state != PathState::Dead
