@@ -95,7 +95,7 @@ fn server(spec: &AgentSpec) -> anyhow::Result<()> {
         Proto::Tern => {
             let rt = runtime()?;
             rt.block_on(async {
-                let (ep, key) = ternp::server(spec.addr)?;
+                let (ep, key) = ternp::server(spec.addr, &spec.advertise)?;
                 print_line(&Ready {
                     ready: true,
                     addr: ep.local_addr()?,
@@ -161,6 +161,12 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
                                 report.error = e;
                                 report.extra = x;
                             }
+                            Work::Transfer(p) => {
+                                let (s, e, x) = mux::transfer_client(m, p, epoch).await;
+                                report.transfer = Some(s);
+                                report.error = e;
+                                report.extra = x;
+                            }
                         }
                         // The receiving socket's kernel drops, while it is still open.
                         report.udp_socket_drops =
@@ -174,7 +180,8 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
                         spec.addr,
                         spec.bind,
                         &cred,
-                        &spec.tern_mode
+                        &spec.tern_mode,
+                        tern_paths(spec, &work)?,
                     )?);
                 }
                 Ok::<_, anyhow::Error>(())
@@ -201,6 +208,7 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
                     report.flows = s;
                     report.error = e;
                 }
+                Work::Transfer(_) => bail!("{} has no metered transfer", spec.proto),
             }
         }
         _ => {
@@ -214,6 +222,12 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
                 Work::Flows(p) => {
                     let (s, e) = stream::flows_client(t.as_ref(), spec.addr, spec.bind, p, epoch);
                     report.flows = s;
+                    report.error = e;
+                }
+                Work::Transfer(p) => {
+                    let (s, e) =
+                        stream::transfer_client(t.as_ref(), spec.addr, spec.bind, p, epoch);
+                    report.transfer = Some(s);
                     report.error = e;
                 }
             }
@@ -233,6 +247,19 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
     print_line(&report)?;
     // Do not wait for lingering library threads (UDT, SRT, tokio).
     std::process::exit(0);
+}
+
+/// Which paths a tern client uses: every path for a multipath transfer or the
+/// `flows:multipath` mode, from the bound address and `local_ips`; otherwise one.
+fn tern_paths(spec: &AgentSpec, work: &Work) -> anyhow::Result<ternp::Paths> {
+    ternp::TernMode::parse(&spec.tern_mode).map_err(|e| anyhow::anyhow!(e))?;
+    let multi =
+        ternp::is_multipath(&spec.tern_mode) || matches!(work, Work::Transfer(p) if p.multipath);
+    Ok(if multi {
+        ternp::Paths::Multi(spec.local_ips.clone())
+    } else {
+        ternp::Paths::One
+    })
 }
 
 /// Burns CPU: `threads` threads, each busy `load` percent of every 10 ms.

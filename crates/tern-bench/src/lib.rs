@@ -60,11 +60,10 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
     let logs = out.join("logs").join(&stem);
     let _ = std::fs::remove_dir_all(&logs);
     tern_netem::install_signal_cleanup().map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut net = runner::Net::new(plan.profile.net, &logs)?;
-    file.settings["network"] = serde_json::Value::from(net.describe());
-    if plan.protocols.contains(&Proto::Mptcp) {
-        net.setup_mptcp()?;
-    }
+    // One network at a time: built for the first case that needs it, replaced (and the old
+    // one removed) when a case needs another kind (`handover` uses two).
+    let mut net: Option<runner::Net> = None;
+    let mut networks = serde_json::Map::new();
     let protos: Vec<String> = plan
         .protocols
         .iter()
@@ -100,6 +99,26 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
             .progress_chars("=> "),
     );
     for def in &plan.cases {
+        if net.as_ref().map(runner::Net::kind) != Some(def.net) {
+            drop(net.take());
+            let n = runner::Net::new(def.net, &logs)?;
+            networks.insert(
+                format!("{:?}", def.net).to_lowercase(),
+                serde_json::Value::from(n.describe()),
+            );
+            file.settings["network"] = if networks.len() == 1 {
+                serde_json::Value::from(n.describe())
+            } else {
+                serde_json::Value::Object(networks.clone())
+            };
+            if plan.protocols.contains(&Proto::Mptcp) {
+                n.setup_mptcp()?;
+            }
+            net = Some(n);
+        }
+        let Some(net) = net.as_mut() else {
+            continue;
+        };
         let cfg = plan.emulation(def, opts.seed)?;
         for &(proto, tern_mode) in &runs {
             let what = format!(
@@ -118,16 +137,7 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
             }
             pb.set_message(what.clone());
             net.configure(cfg.as_ref())?;
-            let mut case = net.run_case(
-                proto,
-                def.path,
-                &def.work,
-                def.timeout_s,
-                tern_mode,
-                def.background,
-                def.hog,
-                plan.scenario,
-            );
+            let mut case = net.run_case(proto, def, tern_mode, plan.scenario);
             case.params = def.params.clone();
             if let Some(e) = &case.error {
                 pb.println(format!("  {what}: {e}"));

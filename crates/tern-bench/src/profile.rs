@@ -20,6 +20,8 @@ pub enum NetKind {
     Single,
     /// Two disjoint paths `c — r1 — s`, `c — r2 — s`.
     Dual,
+    /// `c — r — s`, where `c` can move to another address (tern-netem's `mobile`).
+    Mobile,
 }
 
 /// A named link profile.
@@ -98,6 +100,26 @@ pub const PROFILES: &[Profile] = &[
         down_mbps: Some(50.0),
     },
     Profile {
+        name: "multipath",
+        description:
+            "Two disjoint 50 Mbit/s paths, 20 ms RTT each (per case: path 2 at 10 Mbit/s, 80 ms)",
+        net: NetKind::Dual,
+        rtt_ms: 20.0,
+        jitter_ms: 0.0,
+        up_mbps: Some(50.0),
+        down_mbps: Some(50.0),
+    },
+    Profile {
+        name: "handover",
+        description:
+            "A mobile client: 20 Mbit/s, 40 ms RTT per path; one path whose client moves, or two",
+        net: NetKind::Mobile,
+        rtt_ms: 40.0,
+        jitter_ms: 0.0,
+        up_mbps: Some(20.0),
+        down_mbps: Some(20.0),
+    },
+    Profile {
         name: "loopback",
         description: "Loopback (127.0.0.1), no emulator",
         net: NetKind::Loopback,
@@ -127,6 +149,11 @@ pub struct LinkOptions {
     pub trace: Option<(PathBuf, PathBuf)>,
     /// Extra tern-netem settings for every direction (e.g. `queue=50ms`).
     pub extra: Option<String>,
+    /// Settings for one link only (both directions), after everything else:
+    /// `("r2", "delay=40ms rate=10mbit")`.
+    pub links: Vec<(String, String)>,
+    /// Mahimahi traces for one link only (up, down), replacing its rate.
+    pub link_traces: Vec<(String, (PathBuf, PathBuf))>,
 }
 
 /// The up and down trace files for `--trace FILE`: `X.up`/`X.down` pairs are used as such,
@@ -149,6 +176,15 @@ pub fn trace_pair(file: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
         }
     }
     Ok((file.to_path_buf(), file.to_path_buf()))
+}
+
+/// The mean rate of a mahimahi trace (Mbit/s): one 1500-byte packet per line over the
+/// period (the last timestamp).
+pub fn trace_mean_mbps(file: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let times: Vec<u64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let period = *times.last()?;
+    (period > 0).then(|| times.len() as f64 * 1500.0 * 8.0 / period as f64 / 1e3)
 }
 
 impl Profile {
@@ -195,7 +231,29 @@ impl Profile {
         let mut down = DirectionConfig::default();
         down.apply(&self.direction_settings(false, o))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        Ok(Some(EmulationConfig::uniform(DuplexConfig { up, down })))
+        let mut cfg = EmulationConfig::uniform(DuplexConfig {
+            up: up.clone(),
+            down: down.clone(),
+        });
+        let mut names: Vec<&String> = o.links.iter().map(|l| &l.0).collect();
+        names.extend(o.link_traces.iter().map(|l| &l.0));
+        names.sort();
+        names.dedup();
+        for name in names {
+            let (mut u, mut d) = (up.clone(), down.clone());
+            for (dir, c) in [(true, &mut u), (false, &mut d)] {
+                for (_, (tu, td)) in o.link_traces.iter().filter(|l| &l.0 == name) {
+                    let file = if dir { tu } else { td };
+                    c.apply(&format!("trace={}", file.display()))
+                        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+                }
+                for (_, x) in o.links.iter().filter(|l| &l.0 == name) {
+                    c.apply(x).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+                }
+            }
+            cfg = cfg.with_link(name, DuplexConfig { up: u, down: d });
+        }
+        Ok(Some(cfg))
     }
 
     /// Ideal request/response time: mean propagation RTT plus serialisation of the request

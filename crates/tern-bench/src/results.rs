@@ -88,6 +88,13 @@ pub struct Case {
     /// Flow samples.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flows: Vec<FlowSample>,
+    /// The metered transfer (`multipath`, `handover`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<TransferSample>,
+    /// Network events the collector caused during the case (address changes, a path going
+    /// dark), ms after the client agent started, with what happened.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<EventRecord>,
     /// CPU seconds (user + system) of the client and server agents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<CpuUse>,
@@ -136,6 +143,59 @@ pub struct RpcSample {
     pub t_ms: f64,
     /// Scheduled send → whole reply received; `None` if the reply never came.
     pub rtt_ms: Option<f64>,
+}
+
+/// One metered transfer (server → client), as the receiving client saw it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TransferSample {
+    /// Bytes asked for (`u64::MAX`: time-bounded).
+    pub size: u64,
+    /// Bytes that arrived (over every connection, if the client had to reconnect).
+    pub received: u64,
+    /// Every byte asked for arrived (time-bounded: the time was used up without error).
+    pub completed: bool,
+    /// Connect start, ms since the client started.
+    pub start_ms: f64,
+    /// First and last byte, ms since the client started.
+    #[serde(default)]
+    pub first_byte_ms: Option<f64>,
+    /// Last byte.
+    #[serde(default)]
+    pub last_byte_ms: Option<f64>,
+    /// The longest gap between two deliveries (reads that returned data) after the first
+    /// byte; an unfinished transfer's time since its last byte counts as a gap too.
+    pub max_gap_ms: f64,
+    /// When that gap began, ms since the client started.
+    pub max_gap_at_ms: f64,
+    /// Bytes delivered per bin of `bin_ms`, from the client's start.
+    pub bin_ms: u64,
+    /// The timeline.
+    pub bins: Vec<u64>,
+    /// Connections used (more than 1: the transport broke and the client reconnected).
+    pub connections: u32,
+    /// Bytes delivered on the first connection.
+    pub first_connection_bytes: u64,
+    /// Reconnecting: from giving the silent connection up to the first byte on the new one.
+    #[serde(default)]
+    pub reconnect_ms: Option<f64>,
+    /// Receive window (tern): from reopening it to the next delivery.
+    #[serde(default)]
+    pub window_resume_ms: Option<f64>,
+    /// Times the client told the transport its address changed (quinn: rebind).
+    #[serde(default)]
+    pub rebinds: u32,
+}
+
+/// A network event the collector caused.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// ms after the client agent was started.
+    pub at_ms: f64,
+    /// What (`move c 10.77.1.1 -> 10.77.5.1`, `down r1`).
+    pub what: String,
+    /// Set if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One flow (a transfer from server to client on a fresh connection).

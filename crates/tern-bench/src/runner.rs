@@ -16,7 +16,8 @@ use anyhow::{anyhow, bail, Context};
 use tern_netem::{Direction, EmulationConfig, Topology, TopologySpec};
 
 use crate::profile::NetKind;
-use crate::results::{Case, CpuUse, LinkStat};
+use crate::results::{Case, CpuUse, EventRecord, LinkStat};
+use crate::scenario::{CaseDef, NetEvent};
 use crate::spec::{AgentSpec, ClientReport, FlowPlan, Proto, Ready, Role, Work};
 use crate::sysinfo;
 
@@ -75,12 +76,12 @@ impl Net {
         std::fs::create_dir_all(logs)?;
         let topo = match kind {
             NetKind::Loopback => None,
-            NetKind::Single | NetKind::Dual => {
+            NetKind::Single | NetKind::Dual | NetKind::Mobile => {
                 tern_netem::check_environment().map_err(|e| anyhow!("{e}"))?;
-                let spec = if kind == NetKind::Single {
-                    TopologySpec::single()
-                } else {
-                    TopologySpec::dual()
+                let spec = match kind {
+                    NetKind::Single => TopologySpec::single(),
+                    NetKind::Mobile => TopologySpec::mobile(),
+                    _ => TopologySpec::dual(),
                 };
                 let topo =
                     Topology::build(&spec).map_err(|e| anyhow!("building the topology: {e}"))?;
@@ -236,9 +237,18 @@ impl Net {
         // Kernel TCP/MPTCP servers listen on every address (MPTCP's extra subflow arrives at
         // the server's second address; background flows use both paths). UDP-based servers
         // bind the path's address so replies leave from the address the client talks to.
+        // A tern server on two paths listens on every address and advertises the second
+        // (a multipath client opens paths to it; a single-path one ignores it).
+        let advertise = if proto == Proto::Tern && self.kind == NetKind::Dual {
+            vec![self.server_ip(1 - path.min(1))]
+        } else {
+            vec![]
+        };
         let ip = if self.kind == NetKind::Loopback {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else if matches!(proto, Proto::Tcp | Proto::TcpBbr | Proto::Mptcp) {
+        } else if matches!(proto, Proto::Tcp | Proto::TcpBbr | Proto::Mptcp)
+            || !advertise.is_empty()
+        {
             IpAddr::V4(Ipv4Addr::UNSPECIFIED)
         } else {
             self.server_ip(path)
@@ -252,6 +262,8 @@ impl Net {
             work: None,
             deadline_s,
             tern_mode: "flows".into(),
+            local_ips: vec![],
+            advertise,
         };
         let mut agent = self.spawn("s", &spec, "server")?;
         let stdout = agent.child.stdout.take().context("no stdout")?;
@@ -287,54 +299,94 @@ impl Net {
         Ok((agent, rx))
     }
 
-    /// Runs one protocol on one case: server, client, collect. Never fails: errors go into
-    /// the case.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_case(
-        &mut self,
-        proto: Proto,
-        path: usize,
-        work: &Work,
-        timeout_s: f64,
-        tern_mode: &str,
-        background: bool,
-        hog: Option<f64>,
-        tag: &str,
-    ) -> Case {
+    /// Runs one protocol on one case: server, client, the case's network events at their
+    /// times, collect; then undoes the events (addresses moved back; the emulator, restarted
+    /// before the next run, brings links back). Never fails: errors go into the case.
+    pub fn run_case(&mut self, proto: Proto, def: &CaseDef, tern_mode: &str, tag: &str) -> Case {
         let started = Instant::now();
         let protocol = match proto {
-            Proto::Tern => crate::proto::ternp::TernMode::parse(tern_mode)
-                .map_or_else(|_| proto.name().into(), |m| m.label()),
+            Proto::Tern => {
+                crate::proto::ternp::label_for(tern_mode).unwrap_or_else(|_| proto.name().into())
+            }
             _ => proto.name().into(),
         };
         let mut case = Case {
             protocol,
             ..Case::default()
         };
+        let (path, timeout_s) = (def.path, def.timeout_s);
+        let multipath = proto == Proto::Tern
+            && (crate::proto::ternp::is_multipath(tern_mode)
+                || matches!(&def.work, Work::Transfer(t) if t.multipath));
         let mut extras: Vec<Agent> = Vec::new();
+        let mut undo: Vec<Undo> = Vec::new();
         let rcvbuf_before = self.udp_rcvbuf_errors();
         let r = (|| -> anyhow::Result<()> {
-            if background {
+            if def.background {
                 extras.extend(self.start_background(timeout_s + 30.0)?);
             }
-            if let Some(load) = hog {
+            if let Some(load) = def.hog {
                 if load > 0.0 {
                     extras.push(self.start_hog(load, timeout_s + 30.0)?);
                 }
             }
             let (mut server, ready) = self.start_server(proto, path, timeout_s + 30.0)?;
+            // A multipath tern client, or one that must follow its moves, binds the wildcard
+            // address: its first path's source then follows the routes, and it opens its
+            // other paths from its other addresses.
+            let bind = if def.wildcard_client || multipath {
+                None
+            } else {
+                self.client_ip(path)
+            };
+            let local_ips = if multipath {
+                (0..2)
+                    .filter(|p| *p != path)
+                    .filter_map(|p| self.client_ip(p))
+                    .collect()
+            } else {
+                vec![]
+            };
             let spec = AgentSpec {
                 proto,
                 role: Role::Client,
                 addr: SocketAddr::new(self.server_ip(path), ready.addr.port()),
-                bind: self.client_ip(path),
+                bind,
                 credential: ready.credential.clone(),
-                work: Some(work.clone()),
+                work: Some(def.work.clone()),
                 deadline_s: timeout_s,
                 tern_mode: tern_mode.into(),
+                local_ips,
+                advertise: vec![],
             };
+            let client_started = Instant::now();
             let (mut client, rx) = self.start_client(&spec, tag)?;
-            let line = rx.recv_timeout(Duration::from_secs_f64(timeout_s + 5.0));
+            let mut events: Vec<&NetEvent> = def.events.iter().collect();
+            events.sort_by_key(|e| e.at_ms());
+            let end = client_started + Duration::from_secs_f64(timeout_s + 5.0);
+            let mut line = None;
+            for e in events {
+                let at = client_started + Duration::from_millis(e.at_ms());
+                match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                    Ok(l) => {
+                        line = Some(l);
+                        break;
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+                let at_ms = client_started.elapsed().as_secs_f64() * 1e3;
+                let (what, result) = self.apply_event(e, proto, &mut undo);
+                case.events.push(EventRecord {
+                    at_ms,
+                    what,
+                    error: result.err().map(|e| format!("{e:#}")),
+                });
+            }
+            let line = match line {
+                Some(l) => Ok(l),
+                None => rx.recv_timeout(end.saturating_duration_since(Instant::now())),
+            };
             let server_cpu = proc_cpu_seconds(server.child.id());
             // The server socket's own drops, read in its namespace through its /proc entry.
             case.server_socket_drops =
@@ -353,6 +405,7 @@ impl Net {
                 .map_err(|e| anyhow!("{proto} client report: {e}"))?;
             case.rpc = report.rpc;
             case.flows = report.flows;
+            case.transfer = report.transfer;
             case.extra = report.extra;
             case.client_socket_drops = report.udp_socket_drops;
             case.error = report.error;
@@ -369,6 +422,10 @@ impl Net {
             case.error = Some(format!("{e:#}"));
         }
         case.links = self.link_stats();
+        if let Err(e) = self.undo(undo) {
+            case.error
+                .get_or_insert(format!("undoing the case's events: {e:#}"));
+        }
         if let (Some(before), Some(after)) = (rcvbuf_before, self.udp_rcvbuf_errors()) {
             let by_ns: BTreeMap<String, u64> = after
                 .iter()
@@ -379,6 +436,93 @@ impl Net {
         }
         case.wall_s = started.elapsed().as_secs_f64();
         case
+    }
+
+    /// Makes one network change; returns what it did and whether it worked. A move also gives
+    /// MPTCP's path manager the new address as a subflow endpoint (that is how the in-kernel
+    /// path manager learns of a new interface address).
+    fn apply_event(
+        &self,
+        e: &NetEvent,
+        proto: Proto,
+        undo: &mut Vec<Undo>,
+    ) -> (String, anyhow::Result<()>) {
+        let Some(t) = &self.topo else {
+            return (
+                "(no topology)".into(),
+                Err(anyhow!("loopback has no network to change")),
+            );
+        };
+        match e {
+            NetEvent::Move {
+                node,
+                from,
+                to,
+                dev,
+                ..
+            } => {
+                let what = format!("move {node} {from} -> {to}");
+                let r = t
+                    .change_address(node, *from, *to)
+                    .map_err(|e| anyhow!("{e}"));
+                if r.is_ok() {
+                    undo.push(Undo::Move {
+                        node: node.clone(),
+                        from: *from,
+                        to: *to,
+                    });
+                }
+                if r.is_ok() && proto == Proto::Mptcp {
+                    let ns = match t.ns(node) {
+                        Ok(ns) => ns,
+                        Err(e) => return (what, Err(anyhow!("{e}"))),
+                    };
+                    undo.push(Undo::MptcpEndpoints { ns: ns.clone() });
+                    let out = Command::new("ip")
+                        .args(["-n", &ns, "mptcp", "endpoint", "add"])
+                        .arg(to.to_string())
+                        .args(["dev", dev, "subflow"])
+                        .output();
+                    let r = match out {
+                        Ok(o) if o.status.success() => Ok(()),
+                        Ok(o) => Err(anyhow!(
+                            "ip mptcp endpoint add: {}",
+                            String::from_utf8_lossy(&o.stderr).trim()
+                        )),
+                        Err(e) => Err(anyhow!("ip: {e}")),
+                    };
+                    return (format!("{what} (+ MPTCP subflow endpoint)"), r);
+                }
+                (what, r)
+            }
+            NetEvent::LinkDown { link, .. } => {
+                let what = format!("down {link}");
+                let Some(emu) = t.emulator() else {
+                    return (what, Err(anyhow!("no emulator running")));
+                };
+                let r = [Direction::Up, Direction::Down]
+                    .into_iter()
+                    .try_for_each(|d| emu.set_up(link, d, false))
+                    .map_err(|e| anyhow!("{e}"));
+                (what, r)
+            }
+        }
+    }
+
+    /// Undoes a case's events, last first.
+    fn undo(&self, undo: Vec<Undo>) -> anyhow::Result<()> {
+        let Some(t) = &self.topo else { return Ok(()) };
+        for u in undo.into_iter().rev() {
+            match u {
+                Undo::Move { node, from, to } => t
+                    .change_address(&node, to, from)
+                    .map_err(|e| anyhow!("{e}"))?,
+                Undo::MptcpEndpoints { ns } => {
+                    run_quiet(Command::new("ip").args(["-n", &ns, "mptcp", "endpoint", "flush"]));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The kernel's count of UDP datagrams dropped for a full receive buffer
@@ -433,6 +577,8 @@ impl Net {
                 })),
                 deadline_s,
                 tern_mode: "flows".into(),
+                local_ips: vec![],
+                advertise: vec![],
             };
             agents.push(self.start_client(&spec, "background")?.0);
         }
@@ -485,6 +631,18 @@ impl Net {
         }
         out
     }
+}
+
+/// What to undo after a case.
+enum Undo {
+    /// Move a node back.
+    Move {
+        node: String,
+        from: Ipv4Addr,
+        to: Ipv4Addr,
+    },
+    /// Remove the MPTCP endpoints added in a namespace.
+    MptcpEndpoints { ns: String },
 }
 
 fn run_quiet(cmd: &mut Command) {

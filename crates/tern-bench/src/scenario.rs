@@ -4,16 +4,18 @@
 //! the raw samples into the rows the tables and plots show.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use anyhow::bail;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Exp};
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::profile::{self, LinkOptions, NetKind, Profile};
 use crate::results::{stats, Case, Row, RunFile, Skipped};
-use crate::spec::{FlowPlan, Proto, RpcPlan, Work};
+use crate::spec::{FlowPlan, Proto, RpcPlan, TransferPlan, Work};
 
 /// Scenario names and one-line descriptions.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -23,7 +25,48 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("bulk", "UDT/SLTP: one transfer on loopback: goodput and CPU seconds per GB"),
     ("startup", "SLTP: 1 MB on 50 Mbit/s / 100 ms: completion vs the ideal"),
     ("echo-sizes", "SLTP: echo round trips of 64 B–1 MB, with a CPU hog at 0–100 % load"),
+    ("multipath", "Viscous: 30 s bulk on one path, two equal paths (50 + 50 Mbit/s, 20 ms) and two unequal ones (+ 10 Mbit/s, 80 ms): goodput against one path and the sum"),
+    ("handover", "SLTP/Viscous: a 100 MB transfer with a mobility event at 5 s (the client moves, a path goes dark, every address changes, a window-closed handover): bytes lost and the longest stall"),
 ];
+
+/// When the mobility event of `handover` happens, ms after the client starts.
+pub const HANDOVER_AT_MS: u64 = 5_000;
+
+/// A change the collector makes to the network while a case runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum NetEvent {
+    /// `node` moves from address `from` to `to` on interface `dev` (routes follow; sockets
+    /// bound to `from` stop working).
+    Move {
+        /// ms after the client agent starts.
+        at_ms: u64,
+        /// Node.
+        node: String,
+        /// Old address.
+        from: Ipv4Addr,
+        /// New address.
+        to: Ipv4Addr,
+        /// The interface (for MPTCP's path manager: a subflow from the new address).
+        dev: String,
+    },
+    /// Emulated link `link` drops everything, both ways, for the rest of the case.
+    LinkDown {
+        /// ms after the client agent starts.
+        at_ms: u64,
+        /// Link (emulating router) name.
+        link: String,
+    },
+}
+
+impl NetEvent {
+    /// When it happens.
+    pub fn at_ms(&self) -> u64 {
+        match self {
+            NetEvent::Move { at_ms, .. } | NetEvent::LinkDown { at_ms, .. } => *at_ms,
+        }
+    }
+}
 
 /// The MAR request sizes: 9 sizes from 4.5 to 151.2 kB, geometrically spaced (the study's
 /// exact list is not at hand; its end points are), rounded to 100 bytes.
@@ -88,6 +131,32 @@ pub struct CaseDef {
     pub timeout_s: f64,
     /// Protocols this case is not for (with why).
     pub exclude: Vec<(Proto, String)>,
+    /// The network it runs on (the profile's, or another topology for some cases).
+    pub net: NetKind,
+    /// Changes to the network during the case.
+    pub events: Vec<NetEvent>,
+    /// The client binds the wildcard address (its source address follows its routes and
+    /// moves with it) instead of the path's address.
+    pub wildcard_client: bool,
+}
+
+impl CaseDef {
+    /// A case of `work` on the profile's network, path 1, nothing else going on.
+    fn new(params: BTreeMap<String, Value>, link: LinkOptions, work: Work, net: NetKind) -> Self {
+        Self {
+            params,
+            link,
+            work,
+            path: 0,
+            background: false,
+            hog: None,
+            timeout_s: 60.0,
+            exclude: vec![],
+            net,
+            events: vec![],
+            wildcard_client: false,
+        }
+    }
 }
 
 /// A planned run.
@@ -135,6 +204,9 @@ impl Plan {
 pub fn default_tern_modes(scenario: &str) -> Vec<String> {
     match scenario {
         "mar" | "echo-sizes" => vec!["messages".into()],
+        // tern on path 1, as the others, and tern on both paths (row `tern-mp`).
+        "short-flows" => vec!["flows".into(), "flows:multipath".into()],
+        // (multipath and handover say per case whether tern uses every path)
         _ => vec!["flows".into()],
     }
 }
@@ -155,6 +227,8 @@ fn default_protocols(scenario: &str) -> Vec<Proto> {
         "bulk" => vec![Tern, Tcp, Quic, Udp, Udt, Srt],
         "startup" => vec![Tern, Tcp, Quic, Udt, Srt],
         "echo-sizes" => vec![Tern, Tcp, Quic, Udp, Udt, Srt],
+        "multipath" => vec![Tern, Tcp, Mptcp],
+        "handover" => vec![Tern, Mptcp, Quic, Tcp],
         _ => vec![],
     }
 }
@@ -166,6 +240,8 @@ fn default_profile(scenario: &str) -> &'static str {
         "long-flow" => "path50",
         "bulk" | "echo-sizes" => "loopback",
         "startup" => "startup",
+        "multipath" => "multipath",
+        "handover" => "handover",
         _ => "lte",
     }
 }
@@ -182,14 +258,20 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
     };
     let profile = profile::profile(o.profile.as_deref().unwrap_or(default_profile(scenario)))?;
     match (scenario, profile.net) {
-        ("short-flows", n) if n != NetKind::Dual => {
-            bail!("short-flows needs a two-path profile (viscous)")
+        ("short-flows" | "multipath", n) if n != NetKind::Dual => {
+            bail!("{scenario} needs a two-path profile (viscous, multipath)")
+        }
+        ("handover", n) if n != NetKind::Mobile => {
+            bail!("handover needs a mobile profile (handover)")
         }
         ("bulk", n) if n != NetKind::Loopback => {
             bail!("bulk runs on loopback only (--profile loopback)")
         }
-        (s, NetKind::Dual) if s != "short-flows" => {
+        (s, NetKind::Dual) if s != "short-flows" && s != "multipath" => {
             bail!("{s} runs on one path; use a single-path profile")
+        }
+        (s, NetKind::Mobile) if s != "handover" => {
+            bail!("{s} does not move the client; use a single-path profile")
         }
         _ => {}
     }
@@ -236,6 +318,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         rtt_ms: rtt,
         trace: trace.clone(),
         extra: o.link_extra.clone(),
+        links: vec![],
+        link_traces: vec![],
     };
     let q = o.quick;
     let mut cases = Vec::new();
@@ -277,6 +361,9 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     hog: None,
                     timeout_s: phase_s * MAR_SIZES.len() as f64 + 20.0,
                     exclude: vec![],
+                    net: profile.net,
+                    events: vec![],
+                    wildcard_client: false,
                 });
             }
         }
@@ -328,6 +415,9 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                             hog: None,
                             timeout_s: expect_s.max(60.0) + 30.0,
                             exclude: vec![],
+                            net: profile.net,
+                            events: vec![],
+                            wildcard_client: false,
                         });
                     }
                 }
@@ -356,6 +446,9 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     hog: None,
                     timeout_s: flow_timeout_ms as f64 / 1e3 + 10.0,
                     exclude: vec![],
+                    net: profile.net,
+                    events: vec![],
+                    wildcard_client: false,
                 });
             }
         }
@@ -376,6 +469,9 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     hog: None,
                     timeout_s: 130.0,
                     exclude: vec![],
+                    net: profile.net,
+                    events: vec![],
+                    wildcard_client: false,
                 });
             }
         }
@@ -396,6 +492,9 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     hog: None,
                     timeout_s: 40.0,
                     exclude: vec![],
+                    net: profile.net,
+                    events: vec![],
+                    wildcard_client: false,
                 });
             }
         }
@@ -425,7 +524,179 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     hog: Some(load),
                     timeout_s: 120.0 + f64::from(per_size) * 8.0 * 0.05,
                     exclude: vec![],
+                    net: profile.net,
+                    events: vec![],
+                    wildcard_client: false,
                 });
+            }
+        }
+        "multipath" => {
+            let secs: u64 = if q { 10 } else { 30 };
+            settings["duration_s"] = json!(secs);
+            // (name, tern on every path, per-link settings, per-link traces, nominal sum)
+            type Variant = (
+                &'static str,
+                bool,
+                Vec<(String, String)>,
+                Vec<(String, (PathBuf, PathBuf))>,
+                f64,
+            );
+            let rate = profile.down_mbps.unwrap_or(50.0);
+            let mut variants: Vec<Variant> = vec![
+                ("one", false, vec![], vec![], rate),
+                ("equal", true, vec![], vec![], 2.0 * rate),
+                (
+                    "unequal",
+                    true,
+                    vec![("r2".into(), "delay=40ms rate=10mbit".into())],
+                    vec![],
+                    rate + 10.0,
+                ),
+            ];
+            if let Some(t) = &trace {
+                // Wi-Fi on path 1 (the `wifi` profile's rate and RTT), the trace on path 2
+                // (5G: 15 ms RTT).
+                let sum = 100.0 + crate::profile::trace_mean_mbps(&t.1).unwrap_or(0.0);
+                variants.push((
+                    "wifi+trace",
+                    true,
+                    vec![
+                        ("r1".into(), "delay=2.5ms rate=100mbit".into()),
+                        ("r2".into(), "delay=7.5ms".into()),
+                    ],
+                    vec![("r2".into(), t.clone())],
+                    sum,
+                ));
+            }
+            let single = "a single-path protocol: its row is paths=one".to_string();
+            for (name, multipath, links, traces, sum) in variants {
+                let mut lo = link(losses[0], None);
+                lo.trace = None;
+                lo.links = links;
+                lo.link_traces = traces;
+                let mut def = CaseDef::new(
+                    params(&[
+                        ("paths", json!(name)),
+                        ("sum_mbps", json!(sum)),
+                        ("duration_s", json!(secs)),
+                    ]),
+                    lo,
+                    Work::Transfer(TransferPlan {
+                        size: u64::MAX,
+                        duration_ms: Some(secs * 1000),
+                        timeout_ms: (secs + 20) * 1000,
+                        multipath,
+                        window_ms: None,
+                        follow_address: false,
+                        resume_after_ms: None,
+                        bin_ms: 100,
+                    }),
+                    profile.net,
+                );
+                def.timeout_s = secs as f64 + 30.0;
+                if multipath {
+                    for p in [
+                        Proto::Tcp,
+                        Proto::TcpBbr,
+                        Proto::Quic,
+                        Proto::Udt,
+                        Proto::Srt,
+                    ] {
+                        def.exclude.push((p, single.clone()));
+                    }
+                } else {
+                    def.exclude.push((
+                        Proto::Mptcp,
+                        "one path: MPTCP is measured on two (paths=equal, unequal)".into(),
+                    ));
+                }
+                cases.push(def);
+            }
+        }
+        "handover" => {
+            let size: u64 = if q { 40_000_000 } else { 100_000_000 };
+            let at = HANDOVER_AT_MS;
+            settings["size"] = json!(size);
+            settings["event_at_ms"] = json!(at);
+            let rate = profile.down_mbps.unwrap_or(20.0);
+            let rtt = profile.rtt(&link(0.0, None));
+            // Time for the whole transfer on one path, with room for a stall.
+            let timeout_s = size as f64 * 8.0 / (rate * 1e6) * 2.0 + 40.0;
+            let ip = Ipv4Addr::new;
+            let mv = |from: Ipv4Addr, to: Ipv4Addr, dev: &str| NetEvent::Move {
+                at_ms: at,
+                node: "c".into(),
+                from,
+                to,
+                dev: dev.into(),
+            };
+            let no_window = "no application-controlled receive window".to_string();
+            // (event, network, tern on every path, events, window)
+            let events: Vec<(&str, NetKind, bool, Vec<NetEvent>, Option<(u64, u64)>)> = vec![
+                (
+                    "rebind",
+                    NetKind::Mobile,
+                    false,
+                    vec![mv(ip(10, 77, 1, 1), ip(10, 77, 5, 1), "to-r")],
+                    None,
+                ),
+                (
+                    "window",
+                    NetKind::Mobile,
+                    false,
+                    vec![mv(ip(10, 77, 1, 1), ip(10, 77, 5, 1), "to-r")],
+                    Some((at - 200, at + 300)),
+                ),
+                (
+                    "blackhole",
+                    NetKind::Dual,
+                    true,
+                    vec![NetEvent::LinkDown {
+                        at_ms: at,
+                        link: "r1".into(),
+                    }],
+                    None,
+                ),
+                (
+                    "all-move",
+                    NetKind::Dual,
+                    true,
+                    vec![
+                        mv(ip(10, 77, 1, 1), ip(10, 77, 1, 77), "to-r1"),
+                        mv(ip(10, 77, 3, 1), ip(10, 77, 3, 77), "to-r2"),
+                    ],
+                    None,
+                ),
+            ];
+            for (name, net, multipath, evs, window) in events {
+                let mut def = CaseDef::new(
+                    params(&[
+                        ("event", json!(name)),
+                        ("size", json!(size)),
+                        ("stall_target_ms", json!(rtt + 50.0)),
+                    ]),
+                    link(losses[0], None),
+                    Work::Transfer(TransferPlan {
+                        size,
+                        duration_ms: None,
+                        timeout_ms: (timeout_s * 1e3) as u64,
+                        multipath,
+                        window_ms: window,
+                        follow_address: true,
+                        resume_after_ms: Some(1_000),
+                        bin_ms: 50,
+                    }),
+                    net,
+                );
+                def.events = evs;
+                def.wildcard_client = true;
+                def.timeout_s = timeout_s + 10.0;
+                if window.is_some() {
+                    for p in Proto::ALL.into_iter().filter(|p| *p != Proto::Tern) {
+                        def.exclude.push((p, no_window.clone()));
+                    }
+                }
+                cases.push(def);
             }
         }
         _ => unreachable!(),
@@ -440,6 +711,12 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         let why = p.unavailable().or_else(|| match (p, scenario) {
             (Proto::Udp | Proto::Rtp, "short-flows" | "long-flow" | "startup") => {
                 Some("unreliable: flows need retransmission".into())
+            }
+            (Proto::Udp | Proto::Rtp, "multipath" | "handover") => {
+                Some("unreliable: a transfer needs retransmission".into())
+            }
+            (Proto::Udt | Proto::Srt, "multipath" | "handover") => {
+                Some("the C shims have no metered transfer".into())
             }
             (Proto::Rtp, "bulk") => Some("RTP runs request/response workloads only".into()),
             _ => None,
@@ -474,6 +751,8 @@ fn link_options_of(case: &Case) -> LinkOptions {
         rtt_ms: case.params.get("rtt_ms").and_then(Value::as_f64),
         trace: None,
         extra: None,
+        links: vec![],
+        link_traces: vec![],
     }
 }
 
@@ -642,15 +921,142 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                     metrics: m,
                 });
             }
+            "multipath" | "handover" => {
+                rows.push(Row {
+                    protocol: case.protocol.clone(),
+                    params: base,
+                    metrics: transfer_metrics(case),
+                });
+            }
             _ => {}
         }
     }
-    add_ratio(&mut rows, "tcp");
+    match run.scenario.as_str() {
+        "multipath" => multipath_ratios(&mut rows),
+        "handover" => {}
+        _ => add_ratio(&mut rows, "tcp"),
+    }
     // JSON has no NaN: a metric that cannot be computed (no samples) is left out.
     for r in &mut rows {
         r.metrics.retain(|_, v| v.is_finite());
     }
     rows
+}
+
+/// The metrics of a metered transfer (`multipath`, `handover`).
+///
+/// - `goodput_mbps`: bytes delivered over the time from the first byte to the last;
+/// - `link_<link>_down_mb`: what each emulated link delivered toward the client (the data's
+///   direction), so the split between paths is seen for every protocol; for tern also
+///   `paths_used` (paths that sent more than 1 MB, from the sender's `Connection::paths()`);
+/// - handover: `stall_ms` (the longest gap in delivery at the receiver) and `stall_at_ms`,
+///   `completed`, `connections` (more than 1: the transport broke and the client reconnected),
+///   `failed` (not completed, or not on one connection), `bytes_lost` (what the connection
+///   never delivered of the size asked for; not given when the client had to reconnect),
+///   `reconnect_ms`, `window_resume_ms` (window reopened → next byte), `stall_target_ms`
+///   (1 RTT + 50 ms) and `stall_over_target`.
+fn transfer_metrics(case: &Case) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let Some(t) = &case.transfer else {
+        m.insert("failed".into(), 1.0);
+        m.insert("completed".into(), 0.0);
+        return m;
+    };
+    let span_s = match (t.first_byte_ms, t.last_byte_ms) {
+        (Some(a), Some(b)) if b > a => (b - a) / 1e3,
+        _ => f64::NAN,
+    };
+    m.insert(
+        "goodput_mbps".into(),
+        t.received as f64 * 8.0 / span_s / 1e6,
+    );
+    m.insert("received_mb".into(), t.received as f64 / 1e6);
+    m.insert("completed".into(), f64::from(u8::from(t.completed)));
+    for l in case.links.iter().filter(|l| l.dir == "down") {
+        m.insert(
+            format!("link_{}_down_mb", l.link),
+            l.delivered_bytes as f64 / 1e6,
+        );
+    }
+    let sender_paths = case
+        .extra
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|x| x.get("server")?.get("paths")?.as_array().cloned());
+    if let Some(paths) = sender_paths {
+        let used = paths
+            .iter()
+            .filter(|p| p.get("bytes_sent").and_then(Value::as_f64).unwrap_or(0.0) > 1e6)
+            .count();
+        m.insert("paths_used".into(), used as f64);
+    }
+    if let Some(sum) = case.params.get("sum_mbps").and_then(Value::as_f64) {
+        if sum > 0.0 {
+            m.insert(
+                "goodput_of_sum".into(),
+                t.received as f64 * 8.0 / span_s / 1e6 / sum,
+            );
+        }
+    }
+    if case.params.contains_key("event") {
+        m.insert("stall_ms".into(), t.max_gap_ms);
+        m.insert("stall_at_ms".into(), t.max_gap_at_ms);
+        m.insert("connections".into(), f64::from(t.connections));
+        let failed = !t.completed || t.connections > 1;
+        m.insert("failed".into(), f64::from(u8::from(failed)));
+        if t.connections == 1 && t.size != u64::MAX {
+            m.insert(
+                "bytes_lost".into(),
+                t.size.saturating_sub(t.received) as f64,
+            );
+        }
+        if let Some(r) = t.reconnect_ms {
+            m.insert("reconnect_ms".into(), r);
+        }
+        if let Some(r) = t.window_resume_ms {
+            m.insert("window_resume_ms".into(), r);
+        }
+        m.insert("rebinds".into(), f64::from(t.rebinds));
+        if let Some(target) = case.params.get("stall_target_ms").and_then(Value::as_f64) {
+            m.insert("stall_target_ms".into(), target);
+            m.insert("stall_over_target".into(), t.max_gap_ms / target);
+        }
+    }
+    m
+}
+
+/// `multipath`: each row's goodput over its protocol's `paths=one` row (MPTCP, which has
+/// none, over TCP's: one MPTCP subflow is TCP), `goodput_vs_one`; over MPTCP's with the
+/// same paths, `goodput_vs_mptcp`.
+fn multipath_ratios(rows: &mut [Row]) {
+    let goodput = |rows: &[Row], proto: &str, paths: &str| {
+        rows.iter()
+            .find(|r| {
+                r.protocol == proto && r.params.get("paths").and_then(Value::as_str) == Some(paths)
+            })
+            .and_then(|r| r.metric("goodput_mbps"))
+    };
+    let snapshot = rows.to_vec();
+    for r in rows.iter_mut() {
+        let Some(g) = r.metric("goodput_mbps") else {
+            continue;
+        };
+        let Some(paths) = r.params.get("paths").and_then(Value::as_str) else {
+            continue;
+        };
+        if paths != "one" {
+            let base =
+                goodput(&snapshot, &r.protocol, "one").or_else(|| goodput(&snapshot, "tcp", "one"));
+            if let Some(b) = base.filter(|b| *b > 0.0) {
+                r.metrics.insert("goodput_vs_one".into(), g / b);
+            }
+            if let Some(b) = goodput(&snapshot, "mptcp", paths).filter(|b| *b > 0.0) {
+                r.metrics.insert("goodput_vs_mptcp".into(), g / b);
+            }
+        } else if let Some(b) = goodput(&snapshot, "tcp", "one").filter(|b| *b > 0.0) {
+            r.metrics.insert("goodput_vs_tcp".into(), g / b);
+        }
+    }
 }
 
 /// A file-name-safe form of `--link` settings: `reorder=2%,5ms` → `reorder-2-5ms`.
@@ -699,6 +1105,8 @@ pub fn headline(scenario: &str) -> Vec<(&'static str, &'static str)> {
         "echo-sizes" => vec![("rtt_p50_ms", "p50")],
         "short-flows" | "startup" | "long-flow" => vec![("fct_mean_ms", "fct")],
         "bulk" => vec![("goodput_mbps", "goodput"), ("cpu_s_per_gb", "cpu")],
+        "multipath" => vec![("goodput_mbps", "goodput")],
+        "handover" => vec![("stall_ms", "stall"), ("bytes_lost", "lost")],
         _ => vec![],
     }
 }

@@ -17,7 +17,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::results::{FlowSample, RpcSample};
+use crate::results::{FlowSample, RpcSample, TransferSample};
 
 /// A protocol under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -145,6 +145,37 @@ pub struct FlowPlan {
     pub flow_timeout_ms: u64,
 }
 
+/// One long transfer from the server to the client on one connection, metered at the
+/// receiver (`multipath`, `handover`): what arrived when, and the longest gap in delivery.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransferPlan {
+    /// Bytes asked for; `u64::MAX` with `duration_ms`: whatever arrives in that time.
+    pub size: u64,
+    /// Stop reading after this long (time-bounded bulk); `None`: until `size` arrived.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
+    /// Give the transfer up after this long (from the connection's start).
+    pub timeout_ms: u64,
+    /// tern: use every path (local_ips and the server's advertised addresses); otherwise
+    /// one path (`max_paths = 1`).
+    #[serde(default)]
+    pub multipath: bool,
+    /// tern: close the receive window at `.0` ms after the client started and open it
+    /// again at `.1` (the SLTP handover, F7).
+    #[serde(default)]
+    pub window_ms: Option<(u64, u64)>,
+    /// Watch the client's local addresses and tell the transport when they change, if it
+    /// has a way to be told (quinn: `Endpoint::rebind` on a new socket).
+    #[serde(default)]
+    pub follow_address: bool,
+    /// Stream protocols: a connection that delivers nothing for this long (after its first
+    /// byte) is given up and the rest fetched on a new one (the application reconnects).
+    #[serde(default)]
+    pub resume_after_ms: Option<u64>,
+    /// Width of the delivery timeline's bins.
+    pub bin_ms: u64,
+}
+
 /// What a client does.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -153,6 +184,8 @@ pub enum Work {
     Rpc(RpcPlan),
     /// Flows.
     Flows(FlowPlan),
+    /// One metered transfer.
+    Transfer(TransferPlan),
 }
 
 /// Everything an agent needs (the collector passes it as JSON).
@@ -179,6 +212,13 @@ pub struct AgentSpec {
     /// tern only: `flows` (one two-way flow per request); `messages` is reserved.
     #[serde(default = "default_tern_mode")]
     pub tern_mode: String,
+    /// Client (tern, multipath): the client's other local addresses to open paths from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub local_ips: Vec<IpAddr>,
+    /// Server (tern): other addresses of the server to advertise (same port); the server
+    /// then listens on every address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advertise: Vec<IpAddr>,
 }
 
 fn default_tern_mode() -> String {
@@ -206,6 +246,9 @@ pub struct ClientReport {
     /// Flow samples.
     #[serde(default)]
     pub flows: Vec<FlowSample>,
+    /// The metered transfer ([`Work::Transfer`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<TransferSample>,
     /// CPU seconds of the client process.
     pub cpu_s: f64,
     /// Protocol-specific details.

@@ -3,6 +3,7 @@
 //! baselines (UDP, RTP) are in [`udp`].
 
 pub mod cshim;
+pub mod meter;
 pub mod mux;
 pub mod quic;
 pub mod stream;

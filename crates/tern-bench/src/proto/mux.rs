@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::results::{FlowSample, RpcSample};
-use crate::spec::{payload, FlowPlan, RpcPlan};
+use super::meter::{local_addresses, Meter};
+use crate::results::{FlowSample, RpcSample, TransferSample};
+use crate::spec::{payload, FlowPlan, RpcPlan, TransferPlan};
 
 /// A multiplexing protocol's client side.
 pub trait Mux: Send + Sync + Sized + 'static {
@@ -39,6 +40,17 @@ pub trait Mux: Send + Sync + Sized + 'static {
     fn close(conn: &Self::Conn);
     /// Statistics worth keeping.
     fn stats(conn: &Self::Conn) -> Value;
+    /// Whether the receiver can close its window (F7, [`Mux::close_window`]).
+    const HAS_WINDOW: bool = false;
+    /// Closes the receive window.
+    fn close_window(_conn: &Self::Conn) {}
+    /// Opens it again.
+    fn open_window(_conn: &Self::Conn) {}
+    /// The client's local addresses changed: move to a new socket if the protocol can be
+    /// told (quinn's `Endpoint::rebind`). `Ok(false)`: it has no way to be told.
+    fn rebind(&self) -> io::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// Serves one stream: `R` request, `F` flow (see [`crate::spec`]), or `S`: the serving
@@ -328,4 +340,121 @@ async fn ask_stats<M: Mux>(conn: &M::Conn) -> io::Result<Value> {
     let mut text = Vec::new();
     r.read_to_end(&mut text).await?;
     serde_json::from_slice(&text).map_err(io::Error::other)
+}
+
+/// Runs one metered transfer ([`TransferPlan`]) on one connection: asks for `size` bytes
+/// (or reads for `duration_ms`), meters every delivery, closes and reopens the receive
+/// window when told to, and tells the transport when the local addresses change if told to
+/// follow them. Returns the sample, the first error and the statistics of both ends.
+pub async fn transfer_client<M: Mux>(
+    m: Arc<M>,
+    plan: &TransferPlan,
+    epoch: Instant,
+) -> (TransferSample, Option<String>, Value) {
+    let meter = Arc::new(Mutex::new(Meter::new(plan, epoch)));
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(plan.timeout_ms);
+    let stop_at = plan.duration_ms.map(|d| start + Duration::from_millis(d));
+    let conn = match tokio::time::timeout_at(deadline.into(), m.connect()).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            let s = meter.lock().unwrap().finish(false);
+            return (s, Some(format!("connect: {e}")), Value::Null);
+        }
+        Err(_) => {
+            let s = meter.lock().unwrap().finish(false);
+            return (s, Some("connect: timed out".into()), Value::Null);
+        }
+    };
+    let opened: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let mut side = tokio::task::JoinSet::new();
+    let mut notes: Vec<String> = Vec::new();
+    if let Some((close_ms, open_ms)) = plan.window_ms {
+        if M::HAS_WINDOW {
+            let (conn, opened) = (conn.clone(), opened.clone());
+            side.spawn(async move {
+                tokio::time::sleep_until((epoch + Duration::from_millis(close_ms)).into()).await;
+                M::close_window(&conn);
+                tokio::time::sleep_until((epoch + Duration::from_millis(open_ms)).into()).await;
+                M::open_window(&conn);
+                *opened.lock().unwrap() = Some(Instant::now());
+            });
+        } else {
+            notes.push("no receive window to close".into());
+        }
+    }
+    if plan.follow_address {
+        let (m, meter) = (m.clone(), meter.clone());
+        side.spawn(async move {
+            let mut known = local_addresses();
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let now = local_addresses();
+                if now != known && !now.is_empty() {
+                    known = now;
+                    if let Ok(true) = m.rebind() {
+                        meter.lock().unwrap().rebound();
+                    }
+                }
+            }
+        });
+    }
+    let size = plan.size;
+    let reading = {
+        let (conn, meter, opened) = (conn.clone(), meter.clone(), opened.clone());
+        async move {
+            let (mut w, mut r) = M::open_bi(&conn).await?;
+            let mut req = vec![b'F'];
+            req.extend(size.to_be_bytes());
+            w.write_all(&req).await?;
+            w.shutdown().await?;
+            let mut buf = vec![0u8; 256 << 10];
+            loop {
+                let k = match stop_at {
+                    Some(stop) => {
+                        match tokio::time::timeout_at(stop.into(), r.read(&mut buf)).await {
+                            Ok(k) => k?,
+                            Err(_) => return Ok::<_, io::Error>(true),
+                        }
+                    }
+                    None => r.read(&mut buf).await?,
+                };
+                if k == 0 {
+                    break;
+                }
+                let now = Instant::now();
+                let mut mt = meter.lock().unwrap();
+                mt.delivered_at(k, now);
+                if let Some(o) = opened.lock().unwrap().take() {
+                    mt.window_resumed(now.saturating_duration_since(o).as_secs_f64() * 1e3);
+                }
+                if size != u64::MAX && mt.received() >= size {
+                    break;
+                }
+            }
+            Ok(meter.lock().unwrap().received() >= size)
+        }
+    };
+    let (completed, mut error) = match tokio::time::timeout_at(deadline.into(), reading).await {
+        Ok(Ok(done)) => (done, None),
+        Ok(Err(e)) => (false, Some(format!("transfer: {e}"))),
+        Err(_) => (false, Some("transfer: timed out".to_string())),
+    };
+    side.abort_all();
+    if !completed && error.is_none() {
+        error = Some("transfer: stream ended early".into());
+    }
+    let mut stats = serde_json::json!({ "client": M::stats(&conn) });
+    if completed {
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(3), ask_stats::<M>(&conn)).await
+        {
+            stats["server"] = s;
+        }
+    }
+    if !notes.is_empty() {
+        stats["notes"] = Value::from(notes);
+    }
+    M::close(&conn);
+    let sample = meter.lock().unwrap().finish(completed);
+    (sample, error, Value::Array(vec![stats]))
 }

@@ -131,6 +131,15 @@ impl Mux for QuicClient {
         conn.close(0u32.into(), b"done");
     }
 
+    /// Client migration: a new socket on the wildcard address, so that the kernel picks
+    /// the new source address (quinn then probes the path from it).
+    fn rebind(&self) -> io::Result<bool> {
+        let socket =
+            std::net::UdpSocket::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
+        self.ep.rebind(socket)?;
+        Ok(true)
+    }
+
     fn stats(conn: &quinn::Connection) -> Value {
         let s = conn.stats();
         json!({

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::results::{FlowSample, RpcSample};
-use crate::spec::{parse_rpc_header, payload, rpc_header, FlowPlan, RpcPlan};
+use super::meter::Meter;
+use crate::results::{FlowSample, RpcSample, TransferSample};
+use crate::spec::{parse_rpc_header, payload, rpc_header, FlowPlan, RpcPlan, TransferPlan};
 
 /// A connected byte stream, usable from two threads at once (one reading, one writing).
 pub trait Conn: Send + Sync {
@@ -409,4 +410,115 @@ fn one_flow(
     }
     c.shutdown();
     (got, err)
+}
+
+/// Runs one metered transfer ([`TransferPlan`]). With `resume_after_ms`, a connection that
+/// delivers nothing for that long is given up and the rest asked for on a new one (what an
+/// application on a transport that cannot survive the change has to do); the sample then
+/// shows more than one connection and the time reconnecting took.
+pub fn transfer_client(
+    t: &dyn Transport,
+    addr: SocketAddr,
+    bind: Option<IpAddr>,
+    plan: &TransferPlan,
+    epoch: Instant,
+) -> (TransferSample, Option<String>) {
+    let mut meter = Meter::new(plan, epoch);
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(plan.timeout_ms);
+    let stop_at = plan.duration_ms.map(|d| start + Duration::from_millis(d));
+    let mut buf = vec![0u8; 256 << 10];
+    let mut error: Option<String> = None;
+    let mut gave_up: Option<Instant> = None;
+    let completed = 'conns: loop {
+        let want = if plan.size == u64::MAX {
+            u64::MAX
+        } else {
+            plan.size - meter.received()
+        };
+        let c = loop {
+            match t.connect(addr, bind) {
+                Ok(c) => break c,
+                Err(e) if gave_up.is_some() && Instant::now() < deadline => {
+                    // Reconnecting: the new address may not be usable yet.
+                    let _ = e;
+                    thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => {
+                    error.get_or_insert(format!("connect: {e}"));
+                    break 'conns false;
+                }
+            }
+        };
+        let mut req = vec![b'F'];
+        req.extend(want.to_be_bytes());
+        if let Err(e) = send_all(c.as_ref(), &req) {
+            error.get_or_insert(format!("send: {e}"));
+            break false;
+        }
+        let _ = c.set_read_timeout(Some(Duration::from_millis(20)));
+        let mut got = 0u64;
+        let mut silent_since = Instant::now();
+        let done = loop {
+            let now = Instant::now();
+            if stop_at.is_some_and(|s| now >= s) {
+                break Some(true);
+            }
+            if now >= deadline {
+                error.get_or_insert("timed out".into());
+                break Some(false);
+            }
+            if let (Some(after), Some(_)) = (plan.resume_after_ms, meter.last()) {
+                if now.saturating_duration_since(silent_since) >= Duration::from_millis(after) {
+                    // Silent too long: give this connection up and reconnect.
+                    break None;
+                }
+            }
+            match c.recv(&mut buf) {
+                Ok(0) => {
+                    if got < want {
+                        error.get_or_insert("closed early".into());
+                    }
+                    break Some(got >= want);
+                }
+                Ok(k) => {
+                    let now = Instant::now();
+                    if got == 0 {
+                        if let Some(g) = gave_up {
+                            meter.reconnected(now.saturating_duration_since(g).as_secs_f64() * 1e3);
+                        }
+                    }
+                    meter.delivered_at(k, now);
+                    got += k as u64;
+                    silent_since = now;
+                    if want != u64::MAX && got >= want {
+                        break Some(true);
+                    }
+                }
+                Err(e) if timed_out(&e) => {}
+                Err(e) => {
+                    if plan.resume_after_ms.is_some() {
+                        // Broken (reset, unreachable): reconnect at once.
+                        error.get_or_insert(format!("connection broke: {e}"));
+                        break None;
+                    }
+                    error.get_or_insert(e.to_string());
+                    break Some(false);
+                }
+            }
+        };
+        c.shutdown();
+        match done {
+            Some(ok) => break ok,
+            None => {
+                error.get_or_insert(format!(
+                    "connection silent for {} ms: reconnected",
+                    plan.resume_after_ms.unwrap_or(0)
+                ));
+                gave_up = Some(Instant::now());
+                meter.reconnecting();
+            }
+        }
+    };
+    (meter.finish(completed), error)
 }

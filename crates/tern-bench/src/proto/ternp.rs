@@ -37,10 +37,32 @@ pub enum TernMode {
     },
 }
 
+/// Whether a `--tern-mode` asks for every path (`…:multipath`).
+pub fn is_multipath(mode: &str) -> bool {
+    mode.ends_with(":multipath")
+}
+
+/// The results row name of a `--tern-mode`: [`TernMode::label`], plus `-mp` for
+/// `…:multipath` (tern on every path: `tern-mp`).
+pub fn label_for(mode: &str) -> Result<String, String> {
+    let label = TernMode::parse(mode)?.label();
+    Ok(if is_multipath(mode) {
+        format!("{label}-mp")
+    } else {
+        label
+    })
+}
+
 impl TernMode {
-    /// Parses `flows` or `messages[:MS][:redundant]`.
+    /// Parses `flows` or `messages[:MS][:redundant]`, each optionally followed by
+    /// `:multipath` (which [`is_multipath`] reads; the way requests are carried is the same).
     pub fn parse(s: &str) -> Result<Self, String> {
-        let bad = || format!("unknown --tern-mode {s:?} (flows or messages[:MS][:redundant])");
+        let bad = || {
+            format!(
+                "unknown --tern-mode {s:?} (flows or messages[:MS][:redundant], then optionally :multipath)"
+            )
+        };
+        let s = s.strip_suffix(":multipath").unwrap_or(s);
         let mut parts = s.split(':');
         match parts.next() {
             Some("flows") if parts.next().is_none() => return Ok(Self::Flows),
@@ -108,9 +130,30 @@ fn config(server: bool) -> tern::EndpointConfig {
     cfg
 }
 
-/// Starts a server; returns it and its public key to print.
-pub fn server(addr: SocketAddr) -> io::Result<(tern::Endpoint, String)> {
-    let ep = tern::Endpoint::bind(addr, config(true))?;
+/// Starts a server; returns it and its public key to print. With `advertise` (the
+/// server's other addresses) it listens on every address of the port and advertises those
+/// (AddAddress), so that a multipath client opens a path to each.
+pub fn server(addr: SocketAddr, advertise: &[IpAddr]) -> io::Result<(tern::Endpoint, String)> {
+    let ep = if advertise.is_empty() {
+        tern::Endpoint::bind(addr, config(true))?
+    } else {
+        let socket = std::net::UdpSocket::bind(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            addr.port(),
+        ))?;
+        let port = socket.local_addr()?.port();
+        let cfg = config(true);
+        let keypair = cfg.keypair.clone();
+        let advertise: Vec<SocketAddr> = advertise
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect();
+        tern::Endpoint::builder(keypair)
+            .config(cfg)
+            .configure(|c| c.connection.advertise = advertise)
+            .socket(socket)
+            .build()?
+    };
     let key = tern::keys::encode_public(&ep.public_key());
     Ok((ep, key))
 }
@@ -123,7 +166,12 @@ pub async fn serve(ep: tern::Endpoint) {
             while let Ok((w, r)) = c.accept_bi().await {
                 let conn = c.clone();
                 tokio::spawn(async move {
-                    let _ = serve_stream(w, r, move || stats_json(&conn.stats())).await;
+                    let _ = serve_stream(w, r, move || {
+                        let mut s = stats_json(&conn.stats());
+                        s["paths"] = paths_json(&conn.paths());
+                        s
+                    })
+                    .await;
                 });
             }
         });
@@ -169,14 +217,36 @@ pub struct TernClient {
     mode: TernMode,
 }
 
+/// Which paths a client uses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Paths {
+    /// One path: `max_paths = 1` (the server's advertised addresses are ignored).
+    #[default]
+    One,
+    /// Every path tern opens: from the bound address and each of these local addresses to
+    /// the server's address and each address it advertises (DESIGN.md F15).
+    Multi(Vec<IpAddr>),
+}
+
 impl TernClient {
     /// A client endpoint that expects the server key `key` (as printed by the server).
-    pub fn new(addr: SocketAddr, bind: Option<IpAddr>, key: &str, mode: &str) -> io::Result<Self> {
+    pub fn new(
+        addr: SocketAddr,
+        bind: Option<IpAddr>,
+        key: &str,
+        mode: &str,
+        paths: Paths,
+    ) -> io::Result<Self> {
         let mode = TernMode::parse(mode).map_err(io::Error::other)?;
         let key =
             tern::PublicKey::parse(key.trim()).map_err(|e| io::Error::other(format!("{e:?}")))?;
         let local = SocketAddr::new(bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), 0);
-        let ep = tern::Endpoint::bind(local, config(false))?;
+        let mut cfg = config(false);
+        match paths {
+            Paths::One => cfg.connection.max_paths = 1,
+            Paths::Multi(ips) => cfg.connection.local_ips = ips,
+        }
+        let ep = tern::Endpoint::bind(local, cfg)?;
         Ok(Self {
             ep,
             addr,
@@ -260,8 +330,44 @@ impl Mux for TernClient {
     }
 
     fn stats(c: &TernConn) -> Value {
-        stats_json(&c.conn.stats())
+        let mut s = stats_json(&c.conn.stats());
+        s["paths"] = paths_json(&c.conn.paths());
+        s
     }
+
+    const HAS_WINDOW: bool = true;
+
+    fn close_window(c: &TernConn) {
+        c.conn.close_window(1, b"handover");
+    }
+
+    fn open_window(c: &TernConn) {
+        c.conn.open_window();
+    }
+}
+
+/// Per-path figures (`Connection::paths()`): addresses, state, RTT, bytes each way.
+fn paths_json(paths: &[tern::PathStats]) -> Value {
+    Value::Array(
+        paths
+            .iter()
+            .map(|p| {
+                json!({
+                    "id": p.id,
+                    "local": p.local.map(|ip| ip.to_string()),
+                    "remote": p.remote.to_string(),
+                    "state": format!("{:?}", p.state),
+                    "validated": p.validated,
+                    "rtt_ms": p.rtt.as_secs_f64() * 1e3,
+                    "min_rtt_ms": p.min_rtt.as_secs_f64() * 1e3,
+                    "cwnd": p.cwnd,
+                    "bytes_sent": p.bytes_sent,
+                    "bytes_received": p.bytes_received,
+                    "packets_sent": p.packets_sent,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// A connection's statistics: the loss-recovery figures as numbers (the collector sums or
@@ -316,5 +422,15 @@ mod tests {
         assert!(TernMode::parse("messages:0").is_err());
         assert!(TernMode::parse("messages:x").is_err());
         assert!(TernMode::parse("datagrams").is_err());
+        assert_eq!(label_for("flows:multipath").unwrap(), "tern-mp");
+        assert_eq!(label_for("flows").unwrap(), "tern");
+        assert_eq!(
+            label_for("messages:150:redundant:multipath").unwrap(),
+            "tern-msg-150ms-red-mp"
+        );
+        assert!(is_multipath("flows:multipath"));
+        assert!(!is_multipath("flows"));
+        assert!(label_for("multipath").is_err());
+        assert!(label_for("flows:multipath:multipath").is_err());
     }
 }

@@ -1,0 +1,189 @@
+//! The receiver's meter of a long transfer ([`crate::spec::Work::Transfer`]): bytes per bin
+//! of time, first and last byte, and the longest gap in delivery (the stall a handover
+//! causes). Shared by every driver, so each protocol is measured the same way. Also the
+//! watcher of the client's local addresses (a move the transport may need to be told of).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Instant;
+
+use crate::results::TransferSample;
+use crate::spec::TransferPlan;
+
+/// Meters deliveries.
+#[derive(Debug)]
+pub struct Meter {
+    epoch: Instant,
+    first: Option<Instant>,
+    last: Option<Instant>,
+    sample: TransferSample,
+}
+
+fn ms(epoch: Instant, t: Instant) -> f64 {
+    t.saturating_duration_since(epoch).as_secs_f64() * 1e3
+}
+
+impl Meter {
+    /// A meter for `plan`; times are ms since `epoch` (the client's start).
+    pub fn new(plan: &TransferPlan, epoch: Instant) -> Self {
+        Self {
+            epoch,
+            first: None,
+            last: None,
+            sample: TransferSample {
+                size: plan.size,
+                start_ms: ms(epoch, Instant::now()),
+                bin_ms: plan.bin_ms.max(1),
+                connections: 1,
+                ..TransferSample::default()
+            },
+        }
+    }
+
+    /// `n` bytes were delivered now.
+    pub fn delivered(&mut self, n: usize) {
+        self.delivered_at(n, Instant::now());
+    }
+
+    /// `n` bytes were delivered at `now`.
+    pub fn delivered_at(&mut self, n: usize, now: Instant) {
+        if n == 0 {
+            return;
+        }
+        if let Some(last) = self.last {
+            self.gap(last, now);
+        } else {
+            self.first = Some(now);
+            self.sample.first_byte_ms = Some(ms(self.epoch, now));
+        }
+        self.last = Some(now);
+        self.sample.last_byte_ms = Some(ms(self.epoch, now));
+        self.sample.received += n as u64;
+        if self.sample.connections == 1 {
+            self.sample.first_connection_bytes += n as u64;
+        }
+        let bin = (ms(self.epoch, now) / self.sample.bin_ms as f64) as usize;
+        if self.sample.bins.len() <= bin {
+            self.sample.bins.resize(bin + 1, 0);
+        }
+        self.sample.bins[bin] += n as u64;
+    }
+
+    fn gap(&mut self, from: Instant, to: Instant) {
+        let gap = to.saturating_duration_since(from).as_secs_f64() * 1e3;
+        if gap > self.sample.max_gap_ms {
+            self.sample.max_gap_ms = gap;
+            self.sample.max_gap_at_ms = ms(self.epoch, from);
+        }
+    }
+
+    /// Bytes delivered so far.
+    pub fn received(&self) -> u64 {
+        self.sample.received
+    }
+
+    /// When the last byte arrived.
+    pub fn last(&self) -> Option<Instant> {
+        self.last
+    }
+
+    /// The client gave its connection up and opens a new one.
+    pub fn reconnecting(&mut self) {
+        self.sample.connections += 1;
+    }
+
+    /// The first byte after reconnecting arrived, `ms` after giving the old one up.
+    pub fn reconnected(&mut self, ms: f64) {
+        self.sample.reconnect_ms.get_or_insert(ms);
+    }
+
+    /// The first delivery after the receive window was opened again, `ms` after.
+    pub fn window_resumed(&mut self, ms: f64) {
+        self.sample.window_resume_ms.get_or_insert(ms);
+    }
+
+    /// The transport was told the address changed.
+    pub fn rebound(&mut self) {
+        self.sample.rebinds += 1;
+    }
+
+    /// The finished sample. An unfinished transfer's time since its last byte counts as a
+    /// gap (it never resumed).
+    pub fn finish(&mut self, completed: bool) -> TransferSample {
+        if !completed {
+            if let Some(last) = self.last {
+                self.gap(last, Instant::now());
+            }
+        }
+        self.sample.completed = completed;
+        self.sample.clone()
+    }
+}
+
+/// The IPv4 addresses of this namespace's interfaces (loopback left out).
+pub fn local_addresses() -> BTreeSet<IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return BTreeSet::new();
+    };
+    addrs
+        .filter_map(|a| {
+            let ip = IpAddr::V4(a.address?.as_sockaddr_in()?.ip());
+            (!ip.is_loopback()).then_some(ip)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn plan() -> TransferPlan {
+        TransferPlan {
+            size: 1000,
+            duration_ms: None,
+            timeout_ms: 1000,
+            multipath: false,
+            window_ms: None,
+            follow_address: false,
+            resume_after_ms: None,
+            bin_ms: 100,
+        }
+    }
+
+    #[test]
+    fn the_longest_gap_and_the_timeline() {
+        let t0 = Instant::now();
+        let mut m = Meter::new(&plan(), t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        m.delivered_at(100, at(10));
+        m.delivered_at(100, at(20));
+        m.delivered_at(0, at(500)); // nothing delivered: no event
+        m.delivered_at(300, at(420));
+        m.delivered_at(500, at(450));
+        let s = m.finish(true);
+        assert_eq!(s.received, 1000);
+        assert!(s.completed);
+        assert_eq!(s.first_byte_ms, Some(10.0));
+        assert_eq!(s.last_byte_ms, Some(450.0));
+        assert!((s.max_gap_ms - 400.0).abs() < 1e-9, "{s:?}");
+        assert!((s.max_gap_at_ms - 20.0).abs() < 1e-9);
+        assert_eq!(s.bins, vec![200, 0, 0, 0, 800]);
+        assert_eq!(s.connections, 1);
+        assert_eq!(s.first_connection_bytes, 1000);
+    }
+
+    #[test]
+    fn bytes_after_a_reconnect_are_not_the_first_connections() {
+        let t0 = Instant::now();
+        let mut m = Meter::new(&plan(), t0);
+        m.delivered_at(100, t0);
+        m.reconnecting();
+        m.delivered_at(50, t0 + Duration::from_millis(5));
+        let s = m.finish(false);
+        assert_eq!(s.connections, 2);
+        assert_eq!(s.first_connection_bytes, 100);
+        assert_eq!(s.received, 150);
+        assert!(!s.completed);
+    }
+}
