@@ -68,6 +68,26 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("rcvbuf_errors", "rcvbuf drops", 1.0, 0),
             ("receiver_socket_drops", "socket drops", 1.0, 0),
         ],
+        "multipath" => vec![
+            ("goodput_mbps", "goodput Mbit/s", 1.0, 1),
+            ("goodput_of_sum", "of sum", 1.0, 2),
+            ("goodput_vs_one", "/ one path", 1.0, 2),
+            ("goodput_vs_mptcp", "/ MPTCP", 1.0, 2),
+            ("link_r1_down_mb", "path 1 MB", 1.0, 1),
+            ("link_r2_down_mb", "path 2 MB", 1.0, 1),
+            ("paths_used", "tern paths", 1.0, 0),
+        ],
+        "handover" => vec![
+            ("completed", "done", 1.0, 0),
+            ("bytes_lost", "bytes lost", 1.0, 0),
+            ("stall_ms", "stall ms", 1.0, 0),
+            ("stall_target_ms", "target ms", 1.0, 0),
+            ("stall_at_ms", "stall at ms", 1.0, 0),
+            ("connections", "conns", 1.0, 0),
+            ("reconnect_ms", "reconnect ms", 1.0, 0),
+            ("window_resume_ms", "reopen→data ms", 1.0, 0),
+            ("goodput_mbps", "goodput Mbit/s", 1.0, 1),
+        ],
         _ => vec![],
     }
 }
@@ -83,7 +103,9 @@ fn param_keys(rows: &[Row]) -> Vec<String> {
     let mut keys: Vec<String> = Vec::new();
     for r in rows {
         for k in r.params.keys() {
-            if !keys.contains(k) && k != "error" && k != "rep" {
+            if !keys.contains(k)
+                && !["error", "rep", "duration_s", "stall_target_ms"].contains(&k.as_str())
+            {
                 keys.push(k.clone());
             }
         }

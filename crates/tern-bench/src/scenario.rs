@@ -1151,6 +1151,7 @@ fn add_ratio(rows: &mut [Row], base: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::results::TransferSample;
 
     /// A results file of `cases` as the summary sees it (the rest left empty).
     fn run_file(scenario: &str, profile: &str, cases: Vec<crate::results::Case>) -> RunFile {
@@ -1343,6 +1344,320 @@ mod tests {
         assert!((rows[0].metrics["goodput_mbps"] - 0.9).abs() < 1e-9);
         assert_eq!(rows[1].metrics["failed"], 1.0);
         assert!(!rows[1].metrics.contains_key("goodput_mbps"));
+    }
+
+    fn transfer(size: u64, received: u64, gap: f64, connections: u32) -> TransferSample {
+        TransferSample {
+            size,
+            received,
+            completed: received >= size || size == u64::MAX,
+            start_ms: 0.0,
+            first_byte_ms: Some(100.0),
+            last_byte_ms: Some(10_100.0),
+            max_gap_ms: gap,
+            max_gap_at_ms: 5_000.0,
+            bin_ms: 100,
+            bins: vec![],
+            connections,
+            first_connection_bytes: received,
+            reconnect_ms: (connections > 1).then_some(250.0),
+            window_resume_ms: None,
+            rebinds: 0,
+        }
+    }
+
+    fn down(link: &str, bytes: u64) -> crate::results::LinkStat {
+        crate::results::LinkStat {
+            link: link.into(),
+            dir: "down".into(),
+            offered: 0,
+            delivered_bytes: bytes,
+            dropped_queue: 0,
+            dropped_loss: 0,
+            queue_max_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn multipath_plans_one_path_and_two_equal_and_unequal_ones() {
+        let mut o = opts("multipath", None);
+        o.protocols = None;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.profile.name, "multipath");
+        assert_eq!(p.protocols, vec![Proto::Tern, Proto::Tcp, Proto::Mptcp]);
+        let names: Vec<&str> = p
+            .cases
+            .iter()
+            .map(|c| c.params["paths"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["one", "equal", "unequal"]);
+        for c in &p.cases {
+            let Work::Transfer(t) = &c.work else {
+                panic!("a transfer")
+            };
+            let one = c.params["paths"] == "one";
+            assert_eq!(t.multipath, !one);
+            assert_eq!(t.size, u64::MAX, "time-bounded bulk");
+            assert_eq!(t.duration_ms, Some(10_000), "--quick: 10 s");
+            assert_eq!(c.net, NetKind::Dual);
+            assert!(c.events.is_empty());
+            let excluded: Vec<Proto> = c.exclude.iter().map(|e| e.0).collect();
+            assert_eq!(excluded.contains(&Proto::Mptcp), one);
+            assert_eq!(excluded.contains(&Proto::Tcp), !one);
+            assert!(!excluded.contains(&Proto::Tern));
+        }
+        assert_eq!(p.cases[1].params["sum_mbps"], json!(100.0));
+        assert_eq!(p.cases[2].params["sum_mbps"], json!(60.0));
+        // Unequal: path 2 is 10 Mbit/s with 80 ms RTT, path 1 the profile's.
+        use std::time::Duration;
+        use tern_netem::RateModel;
+        let cfg = p.emulation(&p.cases[2], 7).unwrap().unwrap();
+        for d in [&cfg.links["r2"].up, &cfg.links["r2"].down] {
+            assert!(matches!(d.rate, RateModel::Constant(10_000_000)));
+            assert_eq!(d.delay, Duration::from_millis(40));
+        }
+        assert!(matches!(
+            cfg.default.down.rate,
+            RateModel::Constant(50_000_000)
+        ));
+        assert_eq!(cfg.default.down.delay, Duration::from_millis(10));
+        let cfg = p.emulation(&p.cases[1], 7).unwrap().unwrap();
+        assert!(cfg.links.is_empty(), "equal paths");
+        // A trace adds a Wi-Fi + trace pair, the trace on path 2 only.
+        let dir = std::env::temp_dir().join(format!("tern-bench-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("x.down");
+        std::fs::write(&file, "1\n2\n3\n4\n").unwrap();
+        o.trace = Some(file.clone());
+        let p = plan(&o).unwrap();
+        let last = p.cases.last().unwrap();
+        assert_eq!(last.params["paths"], "wifi+trace");
+        let cfg = p.emulation(last, 7).unwrap().unwrap();
+        assert!(matches!(cfg.links["r2"].down.rate, RateModel::Trace(_)));
+        assert!(matches!(
+            cfg.links["r1"].down.rate,
+            RateModel::Constant(100_000_000)
+        ));
+        assert!(matches!(
+            cfg.default.down.rate,
+            RateModel::Constant(50_000_000)
+        ));
+        // 4 packets of 1500 B in 4 ms: 12 Mbit/s, plus Wi-Fi's 100.
+        assert_eq!(last.params["sum_mbps"], json!(112.0));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Two paths are needed.
+        o.trace = None;
+        o.profile = Some("path50".into());
+        assert!(plan(&o).is_err());
+    }
+
+    #[test]
+    fn handover_plans_each_event_on_its_network() {
+        let mut o = opts("handover", None);
+        o.protocols = None;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.profile.name, "handover");
+        assert_eq!(
+            p.protocols,
+            vec![Proto::Tern, Proto::Mptcp, Proto::Quic, Proto::Tcp]
+        );
+        let events: Vec<&str> = p
+            .cases
+            .iter()
+            .map(|c| c.params["event"].as_str().unwrap())
+            .collect();
+        // Cases on the same network are adjacent (one topology at a time).
+        assert_eq!(events, ["rebind", "window", "blackhole", "all-move"]);
+        let nets: Vec<NetKind> = p.cases.iter().map(|c| c.net).collect();
+        assert_eq!(
+            nets,
+            [
+                NetKind::Mobile,
+                NetKind::Mobile,
+                NetKind::Dual,
+                NetKind::Dual
+            ]
+        );
+        for c in &p.cases {
+            let Work::Transfer(t) = &c.work else {
+                panic!("a transfer")
+            };
+            assert_eq!(t.size, 40_000_000, "--quick");
+            assert_eq!(t.duration_ms, None, "a fixed size: bytes lost are counted");
+            assert!(t.follow_address);
+            assert_eq!(t.resume_after_ms, Some(1_000));
+            assert!(c.wildcard_client, "the client's source follows its moves");
+            assert_eq!(c.params["stall_target_ms"], json!(90.0), "40 ms + 50 ms");
+            assert!(c.events.iter().all(|e| e.at_ms() == HANDOVER_AT_MS));
+            assert_eq!(t.multipath, c.net == NetKind::Dual);
+            let window = c.params["event"] == "window";
+            assert_eq!(t.window_ms.is_some(), window);
+            if let Some((close, open)) = t.window_ms {
+                assert!(close < HANDOVER_AT_MS && open > HANDOVER_AT_MS);
+                // Only tern has a receive window to close.
+                for proto in [Proto::Mptcp, Proto::Quic, Proto::Tcp] {
+                    assert!(c.exclude.iter().any(|e| e.0 == proto));
+                }
+            } else {
+                assert!(c.exclude.is_empty());
+            }
+        }
+        assert!(matches!(
+            &p.cases[0].events[..],
+            [NetEvent::Move { from, to, .. }] if *from == Ipv4Addr::new(10, 77, 1, 1)
+                && *to == Ipv4Addr::new(10, 77, 5, 1)
+        ));
+        assert!(matches!(
+            &p.cases[2].events[..],
+            [NetEvent::LinkDown { link, .. }] if link == "r1"
+        ));
+        assert_eq!(p.cases[3].events.len(), 2, "every client address moves");
+        let mut full = o.clone();
+        full.quick = false;
+        let Work::Transfer(t) = &plan(&full).unwrap().cases[0].work else {
+            panic!()
+        };
+        assert_eq!(t.size, 100_000_000);
+        // UDP cannot carry a transfer; a mobile profile is needed.
+        o.protocols = Some(vec![Proto::Tern, Proto::Udp]);
+        assert_eq!(plan(&o).unwrap().skipped[0].protocol, "udp");
+        o.profile = Some("lte".into());
+        assert!(plan(&o).is_err());
+        let mut mar = opts("mar", None);
+        mar.profile = Some("handover".into());
+        assert!(plan(&mar).is_err(), "only handover moves the client");
+    }
+
+    #[test]
+    fn short_flows_runs_tern_on_one_path_and_on_both() {
+        let p = plan(&opts("short-flows", None)).unwrap();
+        assert_eq!(p.tern_modes, ["flows", "flows:multipath"]);
+        let labels: Vec<String> = p
+            .tern_modes
+            .iter()
+            .map(|m| crate::proto::ternp::label_for(m).unwrap())
+            .collect();
+        assert_eq!(labels, ["tern", "tern-mp"]);
+        assert!(p
+            .cases
+            .iter()
+            .all(|c| !c.wildcard_client && c.net == NetKind::Dual));
+    }
+
+    #[test]
+    fn multipath_rows_compare_with_one_path_mptcp_and_the_sum() {
+        let case = |proto: &str, paths: &str, sum: f64, mbit: f64, r1: u64, r2: u64| Case {
+            protocol: proto.into(),
+            params: params(&[
+                ("paths", json!(paths)),
+                ("sum_mbps", json!(sum)),
+                ("duration_s", json!(10)),
+            ]),
+            // 10 s from first to last byte.
+            transfer: Some(transfer(u64::MAX, (mbit * 1e6 / 8.0 * 10.0) as u64, 5.0, 1)),
+            links: vec![down("r1", r1), down("r2", r2)],
+            ..Case::default()
+        };
+        let mut tern_equal = case("tern", "equal", 100.0, 95.0, 60_000_000, 59_000_000);
+        tern_equal.extra = json!([{"client": {}, "server": {"paths": [
+            {"id": 0, "bytes_sent": 30_000_000}, {"id": 1, "bytes_sent": 29_000_000},
+            {"id": 2, "bytes_sent": 500}
+        ]}}]);
+        let run = run_file(
+            "multipath",
+            "multipath",
+            vec![
+                case("tern", "one", 50.0, 47.5, 60_000_000, 0),
+                case("tcp", "one", 50.0, 47.0, 60_000_000, 0),
+                tern_equal,
+                case("mptcp", "equal", 100.0, 90.0, 58_000_000, 57_000_000),
+                case("tern", "unequal", 60.0, 57.0, 60_000_000, 12_000_000),
+                case("mptcp", "unequal", 60.0, 45.0, 50_000_000, 9_000_000),
+            ],
+        );
+        let rows = summarize(&run);
+        let row = |proto: &str, paths: &str| {
+            rows.iter()
+                .find(|r| r.protocol == proto && r.params["paths"] == paths)
+                .unwrap()
+                .metrics
+                .clone()
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        let t = row("tern", "equal");
+        assert!(close(t["goodput_mbps"], 95.0), "{t:?}");
+        assert!(close(t["goodput_vs_one"], 2.0));
+        assert!(close(t["goodput_vs_mptcp"], 95.0 / 90.0));
+        assert!(close(t["goodput_of_sum"], 0.95));
+        assert_eq!(t["link_r2_down_mb"], 59.0);
+        assert_eq!(t["paths_used"], 2.0, "paths that sent more than 1 MB");
+        // MPTCP has no one-path row of its own: TCP's is its one path.
+        let m = row("mptcp", "unequal");
+        assert!(close(m["goodput_vs_one"], 45.0 / 47.0));
+        assert!(!m.contains_key("goodput_vs_mptcp") || close(m["goodput_vs_mptcp"], 1.0));
+        let one = row("tern", "one");
+        assert!(close(one["goodput_vs_tcp"], 47.5 / 47.0));
+        assert!(!one.contains_key("goodput_vs_one"));
+        assert!(!one.contains_key("stall_ms"), "no event in multipath");
+        let md = crate::report::markdown(&RunFile {
+            summary: rows,
+            ..run
+        });
+        assert!(
+            md.contains("| goodput Mbit/s | of sum | / one path | / MPTCP |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn handover_rows_report_loss_stall_and_reconnects() {
+        let case = |proto: &str, t: Option<TransferSample>| Case {
+            protocol: proto.into(),
+            params: params(&[
+                ("event", json!("rebind")),
+                ("size", json!(1000)),
+                ("stall_target_ms", json!(90.0)),
+            ]),
+            transfer: t,
+            ..Case::default()
+        };
+        let mut window = transfer(1000, 1000, 480.0, 1);
+        window.window_resume_ms = Some(45.0);
+        let run = run_file(
+            "handover",
+            "handover",
+            vec![
+                case("tern", Some(transfer(1000, 1000, 70.0, 1))),
+                case("tcp", Some(transfer(1000, 1000, 1300.0, 2))),
+                case("quic", Some(transfer(1000, 600, 9000.0, 1))),
+                case("mptcp", None),
+                case("tern-window", Some(window)),
+            ],
+        );
+        let rows = summarize(&run);
+        let t = &rows[0].metrics;
+        assert_eq!(t["bytes_lost"], 0.0);
+        assert_eq!(t["stall_ms"], 70.0);
+        assert_eq!(t["stall_at_ms"], 5000.0);
+        assert_eq!(t["failed"], 0.0);
+        assert_eq!(t["completed"], 1.0);
+        assert!((t["stall_over_target"] - 70.0 / 90.0).abs() < 1e-9);
+        // TCP broke: the client reconnected; what the broken connection lost is not a
+        // transport's loss figure.
+        let tcp = &rows[1].metrics;
+        assert_eq!(tcp["failed"], 1.0);
+        assert_eq!(tcp["connections"], 2.0);
+        assert_eq!(tcp["reconnect_ms"], 250.0);
+        assert!(!tcp.contains_key("bytes_lost"));
+        let q = &rows[2].metrics;
+        assert_eq!(q["bytes_lost"], 400.0);
+        assert_eq!(q["failed"], 1.0);
+        assert_eq!(rows[3].metrics["failed"], 1.0, "no report: failed");
+        assert_eq!(rows[4].metrics["window_resume_ms"], 45.0);
+        assert!(
+            !rows[0].metrics.contains_key("goodput_vs_tcp"),
+            "no TCP ratio in handover"
+        );
     }
 
     #[test]
