@@ -621,7 +621,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             let rate = profile.down_mbps.unwrap_or(20.0);
             let rtt = profile.rtt(&link(0.0, None));
             // Time for the whole transfer on one path, with room for a stall.
-            let timeout_s = size as f64 * 8.0 / (rate * 1e6) * 2.0 + 40.0;
+            let timeout_s = size as f64 * 8.0 / (rate * 1e6) * 1.5 + 20.0;
             let ip = Ipv4Addr::new;
             let mv = |from: Ipv4Addr, to: Ipv4Addr, dev: &str| NetEvent::Move {
                 at_ms: at,

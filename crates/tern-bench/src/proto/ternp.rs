@@ -175,7 +175,18 @@ pub async fn serve(ep: tern::Endpoint) {
                 });
             }
         });
-        tokio::spawn(serve_messages(conn));
+        tokio::spawn(serve_messages(conn.clone()));
+        // Into the server's log (results/logs/…): how each connection ended and its paths
+        // then, for connections that die before the client can ask (handover).
+        tokio::spawn(async move {
+            let why = conn.closed().await;
+            eprintln!(
+                "connection {:?} closed: {why}; paths {}; stats {}",
+                conn.id(),
+                paths_json(&conn.paths()),
+                stats_json(&conn.stats())
+            );
+        });
     }
 }
 
@@ -215,6 +226,8 @@ pub struct TernClient {
     addr: SocketAddr,
     key: tern::PublicKey,
     mode: TernMode,
+    /// The latest connection (told of address changes, [`Mux::rebind`]).
+    latest: std::sync::Mutex<Option<tern::Connection>>,
 }
 
 /// Which paths a client uses.
@@ -252,6 +265,7 @@ impl TernClient {
             addr,
             key,
             mode,
+            latest: std::sync::Mutex::new(None),
         })
     }
 
@@ -279,6 +293,9 @@ impl Mux for TernClient {
             .connect(self.addr, Some(self.key))
             .await
             .map_err(|e| io::Error::other(e.to_string()))?;
+        if let Ok(mut latest) = self.latest.lock() {
+            *latest = Some(conn.clone());
+        }
         Ok(TernConn {
             conn,
             mode: self.mode,
@@ -336,6 +353,22 @@ impl Mux for TernClient {
     }
 
     const HAS_WINDOW: bool = true;
+
+    /// tern has no way to be told that the local address changed (no `Endpoint::rebind`,
+    /// no watch of the interfaces in the runtime), and a receiver that only acknowledges
+    /// sends nothing after a move, so the server keeps sending to the old address. What an
+    /// application can do: send something, so that a packet leaves from the new address
+    /// and the server follows it (path validation). Three 1-byte datagrams (the server
+    /// ignores them).
+    fn rebind(&self) -> io::Result<bool> {
+        let conn = self.latest.lock().ok().and_then(|c| c.clone());
+        let Some(conn) = conn else { return Ok(false) };
+        for _ in 0..3 {
+            conn.send_datagram(Bytes::from_static(b"m"))
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        Ok(true)
+    }
 
     fn close_window(c: &TernConn) {
         c.conn.close_window(1, b"handover");
