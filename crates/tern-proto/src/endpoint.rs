@@ -10,7 +10,7 @@
 //! The endpoint never reads a clock, a socket or a global RNG.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -129,6 +129,16 @@ impl Endpoint {
     /// A connection, for application commands.
     pub fn connection_mut(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
         self.connections.get_mut(handle.0)?.as_mut()
+    }
+
+    /// One of this host's addresses changed (every connection's paths that used `old` now
+    /// send from `new`; see [`Connection::local_ip_changed`]). Returns how many paths moved.
+    pub fn local_ip_changed(&mut self, now: Instant, old: IpAddr, new: IpAddr) -> usize {
+        self.connections
+            .iter_mut()
+            .flatten()
+            .map(|c| c.local_ip_changed(now, old, new))
+            .sum()
     }
 
     /// The handles of every connection alive on this endpoint.

@@ -112,13 +112,14 @@ impl Connection {
             .unwrap_or_default()
     }
 
-    /// Makes a path active or standby (used only while no active path works: the handover
-    /// mode). Returns false if the connection has no such path.
+    /// Makes a path active, standby (used only while no active path works: the handover
+    /// mode) or abandoned (never used again); the peer is told, so both ends agree. Returns
+    /// false if the connection has no such path, it was abandoned, or `state` is `Dead`.
     pub fn set_path_state(&self, id: u32, state: crate::PathState) -> bool {
         let mut inner = self.shared.lock();
         let done = inner
             .connection(self.id)
-            .is_some_and(|c| c.set_path_state(id, state));
+            .is_some_and(|c| c.set_path_state(std::time::Instant::now(), id, state));
         drop(inner);
         self.wake_driver();
         done

@@ -118,6 +118,14 @@ pub struct Connection {
     pub(crate) peer_addresses: Vec<(u64, SocketAddr)>,
     /// Our `advertise` list must be (re)sent to the peer.
     pub(crate) advertise_pending: bool,
+    /// Addresses the peer withdrew (RemoveAddress): never opened again.
+    pub(crate) removed_peer_addresses: Vec<SocketAddr>,
+    /// Server: sequence numbers of our advertised addresses we withdrew.
+    pub(crate) withdrawn: Vec<u64>,
+    /// Server: RemoveAddress frames to (re)send.
+    pub(crate) remove_pending: Vec<u64>,
+    /// Redundant copies of data packets waiting for their path (see `send.rs`).
+    pub(crate) copies: VecDeque<send::PendingCopy>,
     /// The client opened its paths (done once, when the handshake completes, and again for
     /// each address the peer advertises later).
     pub(crate) paths_opened: bool,
@@ -195,6 +203,10 @@ impl Connection {
             scheduler: config.scheduler.build(),
             peer_addresses: Vec::new(),
             advertise_pending: side == Side::Server && !config.advertise.is_empty(),
+            removed_peer_addresses: Vec::new(),
+            withdrawn: Vec::new(),
+            remove_pending: Vec::new(),
+            copies: VecDeque::new(),
             paths_opened: false,
             path_rng: rand::SeedableRng::seed_from_u64(0),
             write_blocked: Vec::new(),
@@ -942,6 +954,7 @@ impl Connection {
             || self.flows.max_flows_pending.iter().any(|p| *p)
             || self.handshake_done_pending
             || self.advertise_pending
+            || !self.remove_pending.is_empty()
             || self.paths.iter().any(|p| p.status_pending)
     }
 }

@@ -343,6 +343,14 @@ impl Connection {
             Frame::AddAddress { seq, addr } if self.side == Side::Client => {
                 self.on_add_address(now, seq, addr);
             }
+            Frame::RemoveAddress { seq } if self.side == Side::Client => {
+                self.on_remove_address(now, seq);
+            }
+            Frame::PathStatus {
+                path_id,
+                sequence,
+                status,
+            } => self.on_path_status(now, path_id, sequence, status),
             Frame::Close {
                 application,
                 error_code,
