@@ -247,8 +247,8 @@ impl Connection {
         self.paths
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.usable() && p.state == crate::path::PathState::Active)
-            .min_by_key(|(i, p)| (p.rank_rtt(), *i))
+            .filter(|(_, p)| p.usable())
+            .min_by_key(|(i, p)| (p.state != crate::path::PathState::Active, p.rank_rtt(), *i))
             .map_or(0, |(i, _)| i)
     }
 
