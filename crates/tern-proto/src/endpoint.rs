@@ -391,6 +391,10 @@ impl Endpoint {
                 return;
             }
             if let Some(conn) = self.connections[idx].as_mut() {
+                if packet.ty == wire::LongType::Initial {
+                    // The client moved before it heard our answer: answer where it is now.
+                    conn.on_initial_from(now, remote);
+                }
                 conn.stats.datagrams_received += 1;
                 conn.stats.bytes_received += len as u64;
                 conn.paths[0].bytes_received += len as u64;

@@ -753,6 +753,7 @@ impl Connection {
             let sendable = self.has_sendable_data();
             for path in &self.paths {
                 consider(self.loss_timer(path));
+                consider(self.challenge_timer(path));
                 // Timers that only lead to sending are not armed while nothing may be sent
                 // (the anti-amplification limit), or they would fire again and again at once.
                 if path.amplification_budget() >= MIN_PACKET_BUDGET {
@@ -784,6 +785,18 @@ impl Connection {
             .max()
             .unwrap_or(created);
         Some(last + interval)
+    }
+
+    /// When an unanswered challenge on a path is sent again (or, after the last, the path
+    /// given up): a probe timeout after it left, doubling with each one.
+    fn challenge_timer(&self, path: &Path) -> Option<Instant> {
+        if path.validated || path.challenge.is_none() || path.challenge_pending {
+            return None;
+        }
+        let sent = path.challenge_sent_at?;
+        let backoff = 1u32 << path.challenges_sent.saturating_sub(1).min(10);
+        let pto = (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff;
+        Some(sent + pto.min(self.max_probe_interval(path)))
     }
 
     /// Loss-detection timer of a path: time threshold or probe timeout (RFC 9002 §6.2).
@@ -844,6 +857,12 @@ impl Connection {
         for i in 0..self.paths.len() {
             if self.loss_timer(&self.paths[i]).is_some_and(|t| now >= t) {
                 self.on_loss_timer(now, i);
+            }
+            if self
+                .challenge_timer(&self.paths[i])
+                .is_some_and(|t| now >= t)
+            {
+                self.on_challenge_unanswered(i);
             }
         }
         if self.keep_alive_at().is_some_and(|t| now >= t) {

@@ -133,6 +133,16 @@ impl Connection {
         Some(index)
     }
 
+    /// Server: a copy of the client's Initial arrived from `remote`. If the handshake is not
+    /// confirmed and the address is new, the client moved before it heard our answer: the
+    /// handshake's path follows it (revalidated, within the 3× limit), so the answer reaches
+    /// the client instead of timing out at its old address.
+    pub(crate) fn on_initial_from(&mut self, now: Instant, remote: SocketAddr) {
+        if self.side == Side::Server && !self.confirmed && self.paths[0].remote != remote {
+            self.on_peer_address_changed(now, 0, remote);
+        }
+    }
+
     /// The peer now sends from another address on this path. The path follows it but sends
     /// at most 3× what it receives there until the new address answers a challenge, so a
     /// spoofed source address cannot turn the connection into an amplifier. A new IP address
@@ -185,6 +195,25 @@ impl Connection {
         self.events.push_back(Event::PathValidated { id });
     }
 
+    /// No response to the path's challenge a probe timeout after it left (the challenge or
+    /// its response was lost, even if the packet that carried the challenge was
+    /// acknowledged): another challenge; after `MAX_CHALLENGES` the path also counts as dead.
+    pub(crate) fn on_challenge_unanswered(&mut self, index: usize) {
+        let path = &mut self.paths[index];
+        path.challenge_sent_at = None;
+        if path.abandoned() {
+            return;
+        }
+        // Challenged again, backing off to the probe interval, however long it stays silent:
+        // after a few tries it counts as dead, but it may be the path that comes back.
+        path.challenge_pending = true;
+        if path.challenges_sent >= MAX_CHALLENGES && path.state != PathState::Dead {
+            path.state = PathState::Dead;
+            let id = path.id;
+            self.events.push_back(Event::PathDead { id });
+        }
+    }
+
     /// A packet on this path was acknowledged: a dead path is alive again.
     pub(crate) fn on_path_answered(&mut self, index: usize) {
         let path = &mut self.paths[index];
@@ -212,14 +241,13 @@ impl Connection {
             // the path is given up.
             path.probes = 0;
             path.sent.abandon(now, &path.rtt);
-            if path.challenges_sent >= MAX_CHALLENGES {
-                if path.state != PathState::Dead {
-                    path.state = PathState::Dead;
-                    let id = path.id;
-                    self.events.push_back(Event::PathDead { id });
-                }
-            } else {
-                path.challenge_pending = true;
+            // A path that never answered is dead after a few challenges, but still challenged
+            // (backing off to the probe interval): it may be the one that comes back.
+            path.challenge_pending = true;
+            if path.challenges_sent >= MAX_CHALLENGES && path.state != PathState::Dead {
+                path.state = PathState::Dead;
+                let id = path.id;
+                self.events.push_back(Event::PathDead { id });
             }
             return true;
         }
@@ -363,11 +391,8 @@ impl Connection {
             }
         }
         tracing::debug!(id, ?state, by_peer, "path state");
-        self.events.push_back(Event::PathStateChanged {
-            id,
-            state,
-            by_peer,
-        });
+        self.events
+            .push_back(Event::PathStateChanged { id, state, by_peer });
     }
 
     /// The peer's PathStatus (§9.30). A status for a path we do not hold (yet) is ignored;

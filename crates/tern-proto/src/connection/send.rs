@@ -118,8 +118,7 @@ impl Connection {
         // 3. Data, on the path the scheduler picks among those with room.
         if self.has_sendable_data() {
             if let Some(index) = self.schedule(now) {
-                if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None)
-                {
+                if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
                     return Some(self.sent_datagram(index, size, ecn));
                 }
             }
@@ -130,7 +129,7 @@ impl Connection {
             .iter()
             .any(|p| p.acks.wants_ack(now) || !p.acks.nack.is_empty())
         {
-            let index = self.ack_path();
+            let index = self.ack_path(now);
             let (size, ecn) = self.build_packet(now, buf, index, Purpose::Acks, None)?;
             return Some(self.sent_datagram(index, size, ecn));
         }
@@ -316,8 +315,20 @@ impl Connection {
         true
     }
 
-    /// The path an ACK-only packet takes: the primary one, or any with amplification budget.
-    fn ack_path(&self) -> usize {
+    /// The path an ACK-only packet takes: the path whose packets it acknowledges, so that a
+    /// path broken in either direction shows as that path's silence and never hides the
+    /// other paths' acknowledgements (ACKs on data packets still cover every path). When that
+    /// path cannot send (abandoned, or out of amplification budget): the primary one, or any
+    /// with budget.
+    fn ack_path(&self, now: Instant) -> usize {
+        let own = self.paths.iter().position(|p| {
+            (p.acks.wants_ack(now) || !p.acks.nack.is_empty())
+                && !p.abandoned()
+                && p.amplification_budget() >= super::MIN_PACKET_BUDGET
+        });
+        if let Some(i) = own {
+            return i;
+        }
         let primary = self.primary();
         if self.paths[primary].amplification_budget() >= super::MIN_PACKET_BUDGET {
             return primary;
@@ -396,6 +407,7 @@ impl Connection {
                     frames.push(SentFrame::PathChallenge(path_id));
                     path.challenge_pending = false;
                     path.challenges_sent += 1;
+                    path.challenge_sent_at = Some(now);
                     ack_eliciting = true;
                     pad_to = PATH_PROBE_SIZE;
                 }
@@ -410,7 +422,9 @@ impl Connection {
                 let room = max_payload.saturating_sub(buf.len() - payload_start + copy_len);
                 self.write_acks(now, buf, room, &mut frames);
             }
-            if let Some(copy) = copy.filter(|c| buf.len() - payload_start + c.payload.len() <= max_payload) {
+            if let Some(copy) =
+                copy.filter(|c| buf.len() - payload_start + c.payload.len() <= max_payload)
+            {
                 buf.extend_from_slice(&copy.payload);
                 frames.extend(copy.frames.iter().copied());
                 self.stats.bytes_redundant += copy.payload.len() as u64;

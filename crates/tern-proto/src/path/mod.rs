@@ -55,6 +55,9 @@ pub(crate) struct Path {
     pub(crate) challenges_sent: u32,
     /// A challenge must go out on this path.
     pub(crate) challenge_pending: bool,
+    /// When the last challenge left: without a response by a probe timeout later (the
+    /// challenge may have been acknowledged while its response was lost), another goes.
+    pub(crate) challenge_sent_at: Option<Instant>,
     /// Responses owed to the peer's challenges, sent on this path.
     pub(crate) responses: VecDeque<[u8; 8]>,
     /// Probe packets owed after a probe timeout of this path (sent regardless of its window).
@@ -179,6 +182,7 @@ impl Path {
             challenge: None,
             challenges_sent: 0,
             challenge_pending: false,
+            challenge_sent_at: None,
             responses: VecDeque::new(),
             probes: 0,
             status_pending: false,

@@ -274,8 +274,15 @@ mod tests {
 
     #[test]
     fn min_rtt_takes_the_fastest_path_with_room() {
-        assert_eq!(MinRtt.pick(&[c(0, 50), c(1, 10), c(2, 30)], &none()), Some(1));
-        assert_eq!(MinRtt.pick(&[c(1, 10), c(3, 10)], &none()), Some(1), "ties: lower index");
+        assert_eq!(
+            MinRtt.pick(&[c(0, 50), c(1, 10), c(2, 30)], &none()),
+            Some(1)
+        );
+        assert_eq!(
+            MinRtt.pick(&[c(1, 10), c(3, 10)], &none()),
+            Some(1),
+            "ties: lower index"
+        );
         let full = Candidate {
             ready: false,
             ..c(1, 10)
@@ -290,7 +297,11 @@ mod tests {
         let all = [c(0, 1), c(1, 1), c(2, 1)];
         let picks: Vec<_> = (0..5).map(|_| rr.pick(&all, &none()).unwrap()).collect();
         assert_eq!(picks, [0, 1, 2, 0, 1]);
-        assert_eq!(rr.pick(&[c(0, 1), c(1, 1)], &none()), Some(0), "2 not offered: wraps");
+        assert_eq!(
+            rr.pick(&[c(0, 1), c(1, 1)], &none()),
+            Some(0),
+            "2 not offered: wraps"
+        );
     }
 
     #[test]
@@ -301,17 +312,34 @@ mod tests {
             ..c(i, rtt)
         };
         // The slow path's ACK is the newest: it sends next, though its RTT is higher.
-        assert_eq!(AckClocked.pick(&[acked(0, 10, 5), acked(1, 80, 7)], &none()), Some(1));
-        assert_eq!(AckClocked.pick(&[acked(0, 10, 9), acked(1, 80, 7)], &none()), Some(0));
+        assert_eq!(
+            AckClocked.pick(&[acked(0, 10, 5), acked(1, 80, 7)], &none()),
+            Some(1)
+        );
+        assert_eq!(
+            AckClocked.pick(&[acked(0, 10, 9), acked(1, 80, 7)], &none()),
+            Some(0)
+        );
         // A path never acknowledged comes last.
-        assert_eq!(AckClocked.pick(&[c(0, 10), acked(1, 80, 1)], &none()), Some(1));
-        assert_eq!(AckClocked.pick(&[c(0, 10), c(1, 5)], &none()), Some(1), "then by RTT");
+        assert_eq!(
+            AckClocked.pick(&[c(0, 10), acked(1, 80, 1)], &none()),
+            Some(1)
+        );
+        assert_eq!(
+            AckClocked.pick(&[c(0, 10), c(1, 5)], &none()),
+            Some(1),
+            "then by RTT"
+        );
     }
 
     #[test]
     fn redundant_duplicates_and_others_do_not() {
         for kind in SchedulerKind::ALL {
-            assert_eq!(kind.build().duplicates(), kind == SchedulerKind::Redundant, "{kind}");
+            assert_eq!(
+                kind.build().duplicates(),
+                kind == SchedulerKind::Redundant,
+                "{kind}"
+            );
         }
     }
 
@@ -349,7 +377,11 @@ mod tests {
             ready: false,
             ..c(0, 50)
         };
-        assert_eq!(Backup.pick(&[full, c(1, 10)], &none()), None, "waits for it");
+        assert_eq!(
+            Backup.pick(&[full, c(1, 10)], &none()),
+            None,
+            "waits for it"
+        );
         assert_eq!(Backup.pick(&[c(1, 10)], &none()), Some(1), "path 0 failed");
     }
 
