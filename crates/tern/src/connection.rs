@@ -119,8 +119,22 @@ impl Connection {
         let mut inner = self.shared.lock();
         let done = inner
             .connection(self.id)
-            .is_some_and(|c| c.set_path_state(std::time::Instant::now(), id, state));
+            .is_some_and(|c| c.set_path_state(crate::runtime::now(), id, state));
         drop(inner);
+        self.wake_driver();
+        done
+    }
+
+    /// Server: withdraws one of the addresses this endpoint advertised
+    /// (`ConnectionConfig::advertise`), e.g. before that interface goes down: the client
+    /// abandons its paths to it and moves their data elsewhere. Returns false if the address
+    /// was not advertised or was already withdrawn.
+    pub fn remove_address(&self, addr: std::net::SocketAddr) -> bool {
+        let done = self
+            .shared
+            .lock()
+            .connection(self.id)
+            .is_some_and(|c| c.remove_address(addr));
         self.wake_driver();
         done
     }
