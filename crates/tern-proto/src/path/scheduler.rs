@@ -16,9 +16,9 @@
 //! - round-robin: equal paths, or to spread load evenly regardless of RTT (testing).
 //! - redundant: small urgent messages on lossy paths: every packet on every path, the first
 //!   copy to arrive wins; costs the capacity of all but one path.
-//! - deadline: messages with deadlines on unequal paths: each goes on the path whose
-//!   estimated delivery (queue included) is earliest, and waits for the fast path when the
-//!   slow one would miss its deadline.
+//! - deadline: messages with deadlines on unequal paths: each packet goes on the path whose
+//!   estimated delivery (queue included) is earliest, waiting for the fast path rather than
+//!   arrive later on the slow one (ECF); frames keep the fast path's latency.
 //! - backup: one path at a time (the first that works); the others only when it fails
 //!   (metered links, MPTCP's backup mode).
 
@@ -77,8 +77,8 @@ pub enum SchedulerKind {
     RoundRobin,
     /// Every data packet on every path (first copy wins): lowest latency under loss.
     Redundant,
-    /// The path with the earliest estimated delivery for messages with deadlines; waits for
-    /// a faster path rather than miss a deadline on a slow one. Min-RTT otherwise.
+    /// The path with the earliest estimated delivery (queue included) while messages with
+    /// deadlines wait, even if that means waiting for it; min-RTT otherwise.
     Deadline,
     /// One path at a time, the first that works; the others only when it fails.
     Backup,
@@ -219,27 +219,22 @@ impl Scheduler for Redundant {
     }
 }
 
-/// With a deadline waiting: the path with the earliest estimated delivery among all paths,
-/// if it has room now; if it has none, the ready path with the earliest delivery as long as
-/// that still meets the deadline, else nothing (the packet waits for the better path). With
-/// no deadline waiting: min-RTT.
+/// With a deadline waiting: the path with the earliest estimated delivery among all paths
+/// (its queue included), and if it has no room this instant, nothing: the packet waits for it
+/// rather than take a path on which it would arrive later (ECF's rule). A slower path is used
+/// once the fast one's queue makes it the later one. With no deadline waiting: min-RTT.
 #[derive(Debug, Default)]
 pub struct Deadline;
 
 impl Scheduler for Deadline {
     fn pick(&mut self, paths: &[Candidate], ctx: &Context) -> Option<usize> {
-        let Some(left) = ctx.deadline else {
+        if ctx.deadline.is_none() {
             return min_rtt(paths);
-        };
-        let eta = |c: &Candidate| (c.delivery_estimate(ctx.packet_size), c.index);
-        let best = paths.iter().min_by_key(|c| eta(c))?;
-        if best.ready {
-            return Some(best.index);
         }
-        let ready = paths.iter().filter(|c| c.ready).min_by_key(|c| eta(c))?;
-        // The best path frees room within about its RTT: a ready path that meets the
-        // deadline anyway may go now; one that would miss it must not.
-        (ready.delivery_estimate(ctx.packet_size) <= left).then_some(ready.index)
+        let best = paths
+            .iter()
+            .min_by_key(|c| (c.delivery_estimate(ctx.packet_size), c.index))?;
+        best.ready.then_some(best.index)
     }
 }
 
@@ -344,7 +339,7 @@ mod tests {
     }
 
     #[test]
-    fn deadline_takes_the_earliest_delivery_and_waits_rather_than_miss() {
+    fn deadline_takes_the_earliest_delivery_even_if_it_must_wait() {
         let ctx = |ms| Context {
             deadline: Some(Duration::from_millis(ms)),
             packet_size: 1_000,
@@ -358,14 +353,18 @@ mod tests {
         };
         assert_eq!(Deadline.pick(&[busy, c(1, 40)], &ctx(100)), Some(1));
         assert_eq!(MinRtt.pick(&[busy, c(1, 40)], &none()), Some(0));
-        // The fast path is full for a moment; the slow one (100 ms RTT) would miss a 30 ms
-        // deadline: wait. With 200 ms left it may go.
+        // The fast path is full for a moment but still delivers first: wait for it.
         let full = Candidate {
             ready: false,
             ..c(0, 10)
         };
         assert_eq!(Deadline.pick(&[full, c(1, 100)], &ctx(30)), None);
-        assert_eq!(Deadline.pick(&[full, c(1, 100)], &ctx(200)), Some(1));
+        // Once its queue makes it the later one, the slow path goes.
+        let queued = Candidate {
+            in_flight: 200_000,
+            ..full
+        };
+        assert_eq!(Deadline.pick(&[queued, c(1, 100)], &ctx(200)), Some(1));
         // No deadline waiting: min-RTT.
         assert_eq!(Deadline.pick(&[full, c(1, 100)], &none()), Some(1));
     }
