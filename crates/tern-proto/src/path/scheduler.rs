@@ -301,7 +301,7 @@ mod tests {
 
     #[test]
     fn ack_clocked_sends_on_the_path_whose_ack_came_last() {
-        let t0 = Instant::now();
+        let t0 = crate::cc::testing::epoch();
         let acked = |i, rtt, ms| Candidate {
             last_ack: Some(t0 + Duration::from_millis(ms)),
             ..c(i, rtt)
