@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 use tern_proto::wire::{
     encode_ack, encode_nack, encode_stateless_reset, ConnectionId, FlowFrame, Frame,
-    HandshakeHeader, InitialHeader, LongHeaderInvariants, MessageFrame, RateArea, RetryHeader,
-    ShortHeader, TransportParams, VersionNegotiation, SUPPORTED_VERSIONS, VERSION_1,
+    HandshakeHeader, InitialHeader, LongHeaderInvariants, MessageFrame, PathStatusCode, RateArea,
+    RetryHeader, ShortHeader, TransportParams, VersionNegotiation, SUPPORTED_VERSIONS, VERSION_1,
 };
 use tern_proto::Endpoint;
 use tern_proto_fuzz::script::{self, fate};
@@ -267,7 +267,13 @@ fn frames(corpus: &mut Corpus) {
                 data: b"msg!",
             }),
         ),
-        ("message-skip", Frame::MessageSkip { msg_id: 6, credit: 1200 }),
+        (
+            "message-skip",
+            Frame::MessageSkip {
+                msg_id: 6,
+                credit: 1200,
+            },
+        ),
         ("datagram", Frame::Datagram { data: b"dgram" }),
         ("path-challenge", Frame::PathChallenge { data: [1; 8] }),
         ("path-response", Frame::PathResponse { data: [2; 8] }),
@@ -327,6 +333,22 @@ fn frames(corpus: &mut Corpus) {
                 threshold: 10,
             },
         ),
+        (
+            "path-status-standby",
+            Frame::PathStatus {
+                path_id: 1,
+                sequence: 2,
+                status: PathStatusCode::Standby,
+            },
+        ),
+        (
+            "path-status-abandoned",
+            Frame::PathStatus {
+                path_id: 3,
+                sequence: 1,
+                status: PathStatusCode::Abandoned,
+            },
+        ),
     ];
     let mut all = Vec::new();
     for (name, frame) in &list {
@@ -355,8 +377,7 @@ fn frames(corpus: &mut Corpus) {
         ect1: 0,
         ce: 12,
     };
-    encode_ack(0, 250, [40..=90, 3..=10], 16, 200, Some(&counts), &mut ecn)
-        .expect("ack fits");
+    encode_ack(0, 250, [40..=90, 3..=10], 16, 200, Some(&counts), &mut ecn).expect("ack fits");
     corpus.put(t, "ack-ecn", &ecn);
     let mut both = buf.clone();
     buf.clear();
@@ -485,6 +506,12 @@ mod op {
     pub fn exchange() -> Vec<u8> {
         vec![EXCHANGE]
     }
+    pub fn path_state(server: bool, path: u8, state: u8) -> Vec<u8> {
+        vec![PATH_STATE, u8::from(server), path, state]
+    }
+    pub fn withdraw() -> Vec<u8> {
+        vec![WITHDRAW]
+    }
 }
 
 fn endpoint_handshake(corpus: &mut Corpus) {
@@ -556,6 +583,43 @@ fn endpoint_handshake(corpus: &mut Corpus) {
                 op::stop(true, 0, 4),
                 op::exchange(),
                 op::close(true, 7),
+                op::exchange(),
+            ],
+        ),
+        (
+            "multipath-states",
+            vec![
+                op::open(false, true),
+                op::write(false, 0, 16_000),
+                op::exchange(),
+                op::path_state(false, 1, 1),
+                op::write(false, 0, 16_000),
+                op::pump(),
+                op::deliver(false, fate::DROP, 0),
+                op::exchange(),
+                op::path_state(true, 2, 2),
+                op::write(false, 0, 16_000),
+                op::exchange(),
+                op::advance(0),
+                op::exchange(),
+                op::path_state(false, 1, 0),
+                op::finish(false, 0),
+                op::exchange(),
+            ],
+        ),
+        (
+            "multipath-withdraw",
+            vec![
+                op::open(true, false),
+                op::write(true, 0, 16_000),
+                op::exchange(),
+                op::withdraw(),
+                op::write(true, 0, 16_000),
+                op::pump(),
+                op::deliver(true, fate::REORDER, 0),
+                op::deliver(true, fate::DROP, 0),
+                op::exchange(),
+                op::advance(0),
                 op::exchange(),
             ],
         ),

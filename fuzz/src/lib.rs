@@ -8,7 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use tern_proto::{Endpoint, EndpointConfig, StaticKeypair};
+use tern_proto::{Endpoint, EndpointConfig, StaticKeypair, Transmit};
 
 pub mod recv;
 pub mod script;
@@ -20,6 +20,12 @@ pub const CLIENT_REBOUND: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 5001));
 /// The server's address.
 pub const SERVER: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 4433));
+/// The server's second address, which it advertises (multipath).
+pub const SERVER_B: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 5), 4433));
+/// The client's second interface, which it opens paths from (multipath).
+pub const CLIENT_B: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 3), 5000));
 
 /// The one epoch of this process; every time in a run is an offset from it, so runs do not
 /// depend on when they happen.
@@ -29,19 +35,28 @@ pub fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// The server's configuration (fixed key and seed; key generation is done once).
+/// The server's configuration (fixed key and seed; key generation is done once). It
+/// advertises [`SERVER_B`].
 pub fn server_config() -> EndpointConfig {
     static CONFIG: OnceLock<EndpointConfig> = OnceLock::new();
     CONFIG
-        .get_or_init(|| EndpointConfig::new(StaticKeypair::generate([2; 32]), [0x57; 32]).server())
+        .get_or_init(|| {
+            let mut c = EndpointConfig::new(StaticKeypair::generate([2; 32]), [0x57; 32]).server();
+            c.connection.advertise = vec![SERVER_B];
+            c
+        })
         .clone()
 }
 
-/// The client's configuration (fixed key and seed).
+/// The client's configuration (fixed key and seed). It opens paths from [`CLIENT_B`] too.
 pub fn client_config() -> EndpointConfig {
     static CONFIG: OnceLock<EndpointConfig> = OnceLock::new();
     CONFIG
-        .get_or_init(|| EndpointConfig::new(StaticKeypair::generate([1; 32]), [0x54; 32]))
+        .get_or_init(|| {
+            let mut c = EndpointConfig::new(StaticKeypair::generate([1; 32]), [0x54; 32]);
+            c.connection.local_ips = vec![CLIENT_B.ip()];
+            c
+        })
         .clone()
 }
 
@@ -49,12 +64,12 @@ pub fn client_config() -> EndpointConfig {
 /// calls it a runaway sender.
 pub const MAX_BURST: usize = 10_000;
 
-/// Calls `poll_transmit` until it returns `None`; calls `sink` with each datagram and its
-/// destination. Panics if the endpoint never stops sending.
+/// Calls `poll_transmit` until it returns `None`; calls `sink` with each datagram and where
+/// it goes (and comes from). Panics if the endpoint never stops sending.
 pub fn drain_transmits(
     ep: &mut Endpoint,
     now: Instant,
-    mut sink: impl FnMut(SocketAddr, &[u8]),
+    mut sink: impl FnMut(&Transmit, &[u8]),
 ) -> usize {
     let mut buf = Vec::new();
     let mut total = 0;
@@ -65,7 +80,7 @@ pub fn drain_transmits(
         };
         assert_eq!(t.size, buf.len(), "Transmit::size is what was written");
         total += t.size;
-        sink(t.destination, &buf);
+        sink(&t, &buf);
     }
     panic!("endpoint still sending after {MAX_BURST} datagrams at one instant");
 }

@@ -99,7 +99,8 @@ pub fn run(data: &[u8]) {
     let mut sent = 0usize;
     let mut scratch = Vec::new();
     let out = |server: &mut Endpoint, now| {
-        let n = drain_transmits(server, now, |to, _| {
+        let n = drain_transmits(server, now, |t, _| {
+            let to = t.destination;
             assert_eq!(to, CLIENT, "sent to an address nothing came from")
         });
         while server.poll_event().is_some() {}

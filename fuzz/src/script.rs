@@ -21,6 +21,12 @@
 //! | 9 | [`ADVANCE`] | `ms: u8`: 0 jumps to the next timer, else `4 * ms` milliseconds |
 //! | 10 | [`CLOSE`] | `side`, `code: u8` |
 //! | 11 | [`EXCHANGE`] | none: pump and deliver both ways until the network is quiet |
+//! | 12 | [`PATH_STATE`] | `side`, `path: u8` (ID `path % 4`), `state: u8` (0 active, 1 standby, 2 abandoned) |
+//! | 13 | [`WITHDRAW`] | none: the server withdraws its second address (RemoveAddress) |
+//!
+//! Multipath: the server advertises [`SERVER_B`] and the client opens paths from
+//! [`CLIENT_B`] too, so up to four paths carry the script's traffic; each datagram is
+//! delivered to the address it was sent to, from the address it left.
 //!
 //! `DELIVER` takes the oldest queued datagram of that direction; `fate % 7` is: 0 deliver,
 //! 1 drop, 2 deliver twice, 3 flip bit `arg % (8 * len)` and deliver, 4 truncate to
@@ -43,21 +49,25 @@
 //! - Endpoints stop sending at one instant, and timers do not stay due after they ran.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use tern_proto::{
-    ConnectionError, ConnectionHandle, Dir, EcnCodepoint, Endpoint, Event, FlowId, ReadError,
+    ConnectionError, ConnectionHandle, Dir, EcnCodepoint, Endpoint, Event, FlowId, PathState,
+    ReadError,
 };
 
 use crate::recv::MAX_STUCK;
 
 /// How datagrams arrive unless a fate changes it: with the mark both ends send.
 const ECT0: Option<EcnCodepoint> = Some(EcnCodepoint::Ect0);
-use crate::{client_config, drain_transmits, epoch, server_config, CLIENT, CLIENT_REBOUND, SERVER};
+use crate::{
+    client_config, drain_transmits, epoch, server_config, CLIENT, CLIENT_B, CLIENT_REBOUND, SERVER,
+    SERVER_B,
+};
 
 /// Number of opcodes.
-pub const OPS: u8 = 12;
+pub const OPS: u8 = 14;
 /// Raw datagram to the server from the client's address.
 pub const RAW_TO_SERVER: u8 = 0;
 /// Raw datagram to the client from the server's address.
@@ -82,6 +92,10 @@ pub const ADVANCE: u8 = 9;
 pub const CLOSE: u8 = 10;
 /// Run the network clean until quiet.
 pub const EXCHANGE: u8 = 11;
+/// Make a path active, standby or abandoned.
+pub const PATH_STATE: u8 = 12;
+/// The server withdraws its second address.
+pub const WITHDRAW: u8 = 13;
 
 /// Fates of [`DELIVER`].
 pub mod fate {
@@ -260,14 +274,23 @@ fn check_close(who: &str, e: &ConnectionError) {
     }
 }
 
+/// A datagram in flight: the local address it left from (`None`: the sender's first), where
+/// it goes, its bytes.
+#[derive(Clone)]
+struct Dgram {
+    source: Option<IpAddr>,
+    to: SocketAddr,
+    data: Vec<u8>,
+}
+
 /// The network between the two peers, and the time.
 struct Net {
     now: Instant,
     client: Peer,
     server: Peer,
     /// Datagrams in flight, client to server and back.
-    c2s: VecDeque<Vec<u8>>,
-    s2c: VecDeque<Vec<u8>>,
+    c2s: VecDeque<Dgram>,
+    s2c: VecDeque<Dgram>,
     /// The client's address as the server sees it now (it changes on REBIND).
     client_seen_as: SocketAddr,
 }
@@ -276,29 +299,57 @@ impl Net {
     fn pump(&mut self) {
         let now = self.now;
         let (c2s, s2c) = (&mut self.c2s, &mut self.s2c);
-        drain_transmits(&mut self.client.ep, now, |to, d| {
-            assert_eq!(to, SERVER, "client sent to an unknown address");
+        drain_transmits(&mut self.client.ep, now, |t, d| {
+            let to = t.destination;
+            assert!(
+                to == SERVER || to == SERVER_B,
+                "client sent to an unknown address {to}"
+            );
             if c2s.len() < MAX_QUEUE {
-                c2s.push_back(d.to_vec());
+                c2s.push_back(Dgram {
+                    source: t.source,
+                    to,
+                    data: d.to_vec(),
+                });
             }
         });
-        let client_addrs = [CLIENT, CLIENT_REBOUND];
-        drain_transmits(&mut self.server.ep, now, |to, d| {
+        let client_addrs = [CLIENT, CLIENT_REBOUND, CLIENT_B];
+        drain_transmits(&mut self.server.ep, now, |t, d| {
+            let to = t.destination;
             assert!(client_addrs.contains(&to), "server sent to {to}");
             if s2c.len() < MAX_QUEUE {
-                s2c.push_back(d.to_vec());
+                s2c.push_back(Dgram {
+                    source: t.source,
+                    to,
+                    data: d.to_vec(),
+                });
             }
         });
+    }
+
+    /// Where the server sees a client datagram come from: the client's second interface, or
+    /// its first as the server currently sees it (it changes on REBIND).
+    fn client_from(&self, d: &Dgram) -> SocketAddr {
+        match d.source {
+            Some(ip) if ip == CLIENT_B.ip() => CLIENT_B,
+            _ => self.client_seen_as,
+        }
     }
 
     /// Delivers to the server. Datagrams travel ECT(0)-marked, as both ends send them, unless
     /// a fate says otherwise.
-    fn send_to_server(&mut self, from: SocketAddr, mut d: Vec<u8>) {
-        self.server.ep.handle(self.now, from, ECT0, &mut d);
+    fn send_to_server(&mut self, from: SocketAddr, mut d: Dgram, ecn: Option<EcnCodepoint>) {
+        self.server
+            .ep
+            .handle_on(self.now, Some(d.to.ip()), from, ecn, &mut d.data);
     }
 
-    fn send_to_client(&mut self, mut d: Vec<u8>) {
-        self.client.ep.handle(self.now, SERVER, ECT0, &mut d);
+    fn send_to_client(&mut self, mut d: Dgram, ecn: Option<EcnCodepoint>) {
+        let from = SocketAddr::new(d.source.unwrap_or(SERVER.ip()), SERVER.port());
+        let to = if d.to == CLIENT_REBOUND { CLIENT } else { d.to };
+        self.client
+            .ep
+            .handle_on(self.now, Some(to.ip()), from, ecn, &mut d.data);
     }
 
     fn service(&mut self) {
@@ -326,10 +377,10 @@ impl Net {
                 return;
             }
             while let Some(d) = self.c2s.pop_front() {
-                self.send_to_server(self.client_seen_as, d);
+                self.send_to_server(self.client_from(&d), d, ECT0);
             }
             while let Some(d) = self.s2c.pop_front() {
-                self.send_to_client(d);
+                self.send_to_client(d, ECT0);
             }
             self.service();
         }
@@ -358,31 +409,33 @@ impl Net {
     }
 
     fn deliver(&mut self, to_client: bool, fate: u8, arg: u16) {
-        let queue = if to_client {
-            &mut self.s2c
+        let popped = if to_client {
+            self.s2c.pop_front()
         } else {
-            &mut self.c2s
+            self.c2s.pop_front()
         };
-        let Some(mut d) = queue.pop_front() else {
+        let Some(mut d) = popped else {
             return;
         };
-        let mut from = self.client_seen_as;
+        let mut from = self.client_from(&d);
         let mut ecn = ECT0;
         match fate % fate::COUNT {
             fate::DROP => return,
             fate::DUPLICATE => {
                 if to_client {
-                    self.send_to_client(d.clone());
+                    self.send_to_client(d.clone(), ecn);
                 } else {
-                    self.send_to_server(from, d.clone());
+                    self.send_to_server(from, d.clone(), ecn);
                 }
             }
-            fate::FLIP if !d.is_empty() => {
-                let bit = usize::from(arg) % (8 * d.len());
-                d[bit / 8] ^= 1 << (bit % 8);
+            fate::FLIP if !d.data.is_empty() => {
+                let bit = usize::from(arg) % (8 * d.data.len());
+                d.data[bit / 8] ^= 1 << (bit % 8);
             }
-            fate::TRUNCATE if !d.is_empty() => d.truncate(usize::from(arg) % d.len()),
-            fate::REBIND if !to_client => {
+            fate::TRUNCATE if !d.data.is_empty() => {
+                d.data.truncate(usize::from(arg) % d.data.len())
+            }
+            fate::REBIND if !to_client && from != CLIENT_B => {
                 self.client_seen_as = if from == CLIENT {
                     CLIENT_REBOUND
                 } else {
@@ -391,7 +444,11 @@ impl Net {
                 from = self.client_seen_as;
             }
             fate::REORDER => {
-                queue.push_back(d);
+                if to_client {
+                    self.s2c.push_back(d);
+                } else {
+                    self.c2s.push_back(d);
+                }
                 return;
             }
             fate::CE => ecn = Some(EcnCodepoint::Ce),
@@ -399,9 +456,9 @@ impl Net {
             _ => {}
         }
         if to_client {
-            self.client.ep.handle(self.now, SERVER, ecn, &mut d);
+            self.send_to_client(d, ecn);
         } else {
-            self.server.ep.handle(self.now, from, ecn, &mut d);
+            self.send_to_server(from, d, ecn);
         }
     }
 
@@ -409,11 +466,21 @@ impl Net {
         match op % OPS {
             RAW_TO_SERVER | RAW_TO_CLIENT => {
                 let len = usize::from(input.u16()) % 1501;
-                let d = input.bytes(len).to_vec();
+                let data = input.bytes(len).to_vec();
                 if op % OPS == RAW_TO_SERVER {
-                    self.send_to_server(self.client_seen_as, d);
+                    let d = Dgram {
+                        source: None,
+                        to: SERVER,
+                        data,
+                    };
+                    self.send_to_server(self.client_seen_as, d, ECT0);
                 } else {
-                    self.send_to_client(d);
+                    let d = Dgram {
+                        source: None,
+                        to: CLIENT,
+                        data,
+                    };
+                    self.send_to_client(d, ECT0);
                 }
             }
             OPEN => {
@@ -501,6 +568,22 @@ impl Net {
                 }
             }
             EXCHANGE => self.exchange(),
+            PATH_STATE => {
+                let (side, path, state) = (input.u8(), input.u8(), input.u8());
+                let state = [PathState::Active, PathState::Standby, PathState::Abandoned]
+                    [usize::from(state % 3)];
+                let now = self.now;
+                let peer = self.peer(side);
+                if let Some(conn) = peer.conn.and_then(|h| peer.ep.connection_mut(h)) {
+                    conn.set_path_state(now, u32::from(path % 4), state);
+                }
+            }
+            WITHDRAW => {
+                let peer = &mut self.server;
+                if let Some(conn) = peer.conn.and_then(|h| peer.ep.connection_mut(h)) {
+                    conn.remove_address(SERVER_B);
+                }
+            }
             _ => unreachable!("op % OPS"),
         }
     }

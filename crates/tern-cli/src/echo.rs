@@ -81,7 +81,7 @@ pub(crate) async fn client(
     sizes: &[usize],
     count: usize,
 ) -> Result<()> {
-    let (_ep, conn) = util::connect(addr, key).await?;
+    let (_ep, conn) = util::connect(addr, key, &crate::PathArgs::default()).await?;
     for &size in sizes {
         let mut rtts = tern_round_trips(&conn, size, count).await?;
         print_row("tern", size, &mut rtts);
@@ -120,7 +120,7 @@ pub(crate) async fn compare_local(sizes: &[usize], count: usize) -> Result<()> {
             });
         }
     });
-    let (_ep, conn) = util::connect(addr, Some(&key)).await?;
+    let (_ep, conn) = util::connect(addr, Some(&key), &crate::PathArgs::default()).await?;
     let mut stream = TcpStream::connect(tcp_addr).await?;
     stream.set_nodelay(true)?;
     println!("round trips on loopback, {count} per size, same process and run\n");

@@ -95,6 +95,8 @@ enum Command {
         /// The server's public key (client mode; IK). Without it: XX.
         #[arg(long)]
         server_key: Option<String>,
+        #[command(flatten)]
+        paths: PathArgs,
         /// Bytes to send (accepts suffixes: 100M, 1G).
         #[arg(long, default_value = "1G", value_parser = util::parse_size)]
         bytes: u64,
@@ -117,6 +119,11 @@ struct ServerArgs {
     /// Private key file (from `tern keygen`); without it a new key is made for this run.
     #[arg(long)]
     key: Option<PathBuf>,
+    /// Other addresses of this server that clients may open paths to (multipath), as IP or
+    /// IP:PORT (the listening port by default), comma-separated. Default with a wildcard
+    /// listen address: every address of this host's interfaces (not loopback); `none`: none.
+    #[arg(long, value_delimiter = ',')]
+    advertise: Vec<String>,
 }
 
 /// Options of the connecting commands.
@@ -128,6 +135,22 @@ struct ClientArgs {
     /// Without it: Noise XX, and the key the server presented is printed.
     #[arg(long)]
     server_key: Option<String>,
+    #[command(flatten)]
+    paths: PathArgs,
+}
+
+/// How a client uses several paths (multipath).
+#[derive(Args, Clone, Default)]
+struct PathArgs {
+    /// Local addresses to open extra paths from, comma-separated. Default: every address of
+    /// this host's interfaces in the server's family (none when the server is on loopback);
+    /// `none`: one path only.
+    #[arg(long = "local", value_delimiter = ',')]
+    local: Vec<String>,
+    /// Which path carries each packet: min-rtt (default), ack-clocked, round-robin,
+    /// redundant, deadline, backup.
+    #[arg(long, default_value = "min-rtt")]
+    scheduler: tern::SchedulerKind,
 }
 
 fn main() -> ExitCode {
@@ -175,6 +198,7 @@ fn main() -> ExitCode {
                 server_args,
                 addr,
                 server_key,
+                paths,
                 bytes,
                 time,
                 compare_tcp,
@@ -187,7 +211,7 @@ fn main() -> ExitCode {
                     let addr = addr.ok_or_else(|| {
                         anyhow::anyhow!("give the server address (HOST:PORT), or --server")
                     })?;
-                    perf::client(addr, server_key.as_deref(), bytes, time).await
+                    perf::client(addr, server_key.as_deref(), &paths, bytes, time).await
                 }
             }
         }

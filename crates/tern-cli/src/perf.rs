@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::util;
-use crate::ServerArgs;
+use crate::{PathArgs, ServerArgs};
 
 /// Serves perf clients: reads every flow to the end and discards it.
 pub(crate) async fn serve(args: &ServerArgs) -> Result<()> {
@@ -81,10 +81,11 @@ fn report(label: &str, bytes: u64, took: Duration, cpu: Duration, extra: &str) {
 pub(crate) async fn client(
     addr: SocketAddr,
     key: Option<&str>,
+    paths: &PathArgs,
     bytes: u64,
     time: Option<f64>,
 ) -> Result<()> {
-    let (ep, conn) = util::connect(addr, key).await?;
+    let (ep, conn) = util::connect(addr, key, paths).await?;
     let cpu = util::cpu_time();
     let (sent, took) = push(&conn, bytes, time).await?;
     let cpu = util::cpu_time() - cpu;
@@ -107,6 +108,7 @@ pub(crate) async fn client(
             }
         ),
     );
+    util::print_paths(&conn, took);
     conn.close(0, b"");
     let _ = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;
     Ok(())
@@ -122,7 +124,7 @@ pub(crate) async fn compare_local(bytes: u64, time: Option<f64>) -> Result<()> {
     let addr = server.local_addr()?;
     let key = tern::keys::encode_public(&server.public_key());
     tokio::spawn(serve_on(server, false));
-    let (ep, conn) = util::connect(addr, Some(&key)).await?;
+    let (ep, conn) = util::connect(addr, Some(&key), &PathArgs::default()).await?;
     println!("one connection over loopback, same process, same run (CPU = both ends)\n");
     let cpu = util::cpu_time();
     let (sent, took) = push(&conn, bytes, time).await?;

@@ -45,8 +45,11 @@ pub(crate) async fn send(path: &Path, args: &ClientArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot open {}", path.display()))?;
     let addr = util::resolve(&args.addr)?;
-    let (_ep, conn) = util::connect(addr, args.server_key.as_deref()).await?;
+    let (_ep, conn) = util::connect(addr, args.server_key.as_deref(), &args.paths).await?;
     let report = send_over(&conn, path, false).await;
+    if let Ok((_, took)) = &report {
+        util::print_paths(&conn, *took);
+    }
     conn.close(0, b"bye");
     let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
     let (bytes, took) = report?;
@@ -369,7 +372,7 @@ async fn demo_in(dir: &Path) -> Result<()> {
         }
     });
     let setup = Instant::now();
-    let (_ep, conn) = util::connect(addr, Some(&key)).await?;
+    let (_ep, conn) = util::connect(addr, Some(&key), &crate::PathArgs::default()).await?;
     println!("handshake: {}", util::ms(setup.elapsed()));
     let cpu = util::cpu_time();
     let (bytes, took) = send_over(&conn, &source, false).await?;

@@ -1,13 +1,13 @@
 //! Shared helpers: keys, addresses, sizes, CPU time, statistics.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use tern::{Endpoint, PublicKey, StaticKeypair};
 
-use crate::ServerArgs;
+use crate::{PathArgs, ServerArgs};
 
 pub(crate) fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
@@ -38,13 +38,77 @@ pub(crate) fn server_keypair(args: &ServerArgs) -> Result<StaticKeypair> {
     }
 }
 
+/// Addresses of this host's interfaces that are up, in the family of `like`, not loopback.
+pub(crate) fn interface_ips(like: IpAddr) -> Vec<IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut ips = Vec::new();
+    for a in addrs {
+        if !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+            continue;
+        }
+        let Some(sa) = a.address else { continue };
+        let ip = if let Some(v4) = sa.as_sockaddr_in() {
+            IpAddr::V4(v4.ip())
+        } else if let Some(v6) = sa.as_sockaddr_in6() {
+            IpAddr::V6(v6.ip())
+        } else {
+            continue;
+        };
+        let link_local = matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
+        if ip.is_loopback() || ip.is_unspecified() || link_local || ip.is_ipv4() != like.is_ipv4() {
+            continue;
+        }
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    ips
+}
+
+/// Parses `--local`/`--advertise` lists: `none`, or addresses (IP, or IP:PORT).
+fn parse_addrs(list: &[String], port: u16, what: &str) -> Result<Option<Vec<SocketAddr>>> {
+    if list.is_empty() {
+        return Ok(None);
+    }
+    if list.len() == 1 && list[0] == "none" {
+        return Ok(Some(Vec::new()));
+    }
+    list.iter()
+        .map(|t| {
+            t.parse::<SocketAddr>()
+                .or_else(|_| t.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, port)))
+                .map_err(|_| anyhow!("bad {what} address {t:?} (expected IP, IP:PORT or none)"))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
 /// Binds a server and prints how clients reach it.
 pub(crate) fn bind_server(args: &ServerArgs, what: &str) -> Result<Endpoint> {
     let pair = server_keypair(args)?;
-    let ep = Endpoint::server(args.listen, pair)
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listen = args.listen;
+    let advertise = match parse_addrs(&args.advertise, listen.port(), "--advertise")? {
+        Some(list) => list,
+        None if listen.ip().is_unspecified() => interface_ips(listen.ip())
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, listen.port()))
+            .collect(),
+        None => Vec::new(),
+    };
+    let ep = Endpoint::builder(pair)
+        .bind(listen)
+        .server()
+        .configure(|c| c.connection.advertise = advertise.clone())
+        .build()
+        .with_context(|| format!("cannot listen on {listen}"))?;
     let key = tern::keys::encode_public(&ep.public_key());
     eprintln!("{what} listening on {}", ep.local_addr()?);
+    if !advertise.is_empty() {
+        let list: Vec<String> = advertise.iter().map(ToString::to_string).collect();
+        eprintln!("advertising for multipath: {}", list.join(", "));
+    }
     eprintln!("server key: {key}");
     eprintln!("clients: --server-key {key}");
     Ok(ep)
@@ -63,10 +127,12 @@ pub(crate) fn parse_key(text: Option<&str>) -> Result<Option<PublicKey>> {
         .transpose()
 }
 
-/// Connects, and for XX prints the key the server presented so it can be pinned next time.
+/// Connects (opening a path from each local address `paths` names, see [`PathArgs`]), and
+/// for XX prints the key the server presented so it can be pinned next time.
 pub(crate) async fn connect(
     addr: SocketAddr,
     key: Option<&str>,
+    paths: &PathArgs,
 ) -> Result<(Endpoint, tern::Connection)> {
     let key = parse_key(key)?;
     let bind: SocketAddr = if addr.is_ipv6() {
@@ -76,10 +142,19 @@ pub(crate) async fn connect(
     }
     .parse()
     .expect("valid address");
-    let ep = Endpoint::bind(
-        bind,
-        tern::EndpointConfig::new(StaticKeypair::generate(tern::entropy()), tern::entropy()),
-    )?;
+    let local_ips: Vec<IpAddr> = match parse_addrs(&paths.local, 0, "--local")? {
+        Some(list) => list.iter().map(SocketAddr::ip).collect(),
+        None if addr.ip().is_loopback() => Vec::new(),
+        None => interface_ips(addr.ip()),
+    };
+    let scheduler = paths.scheduler;
+    let ep = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .bind(bind)
+        .configure(|c| {
+            c.connection.local_ips = local_ips;
+            c.connection.scheduler = scheduler;
+        })
+        .build()?;
     let conn = ep
         .connect(addr, key)
         .await
@@ -93,6 +168,30 @@ pub(crate) async fn connect(
         }
     }
     Ok((ep, conn))
+}
+
+/// One line per path of `conn` (only when it has more than one): addresses, state, the
+/// share of the bytes sent, the rate over `took`, RTT and window.
+pub(crate) fn print_paths(conn: &tern::Connection, took: Duration) {
+    let paths = conn.paths();
+    if paths.len() < 2 {
+        return;
+    }
+    let total: u64 = paths.iter().map(|p| p.bytes_sent).sum::<u64>().max(1);
+    for p in &paths {
+        let local = p.local.map_or("?".to_string(), |ip| ip.to_string());
+        println!(
+            "  path {} {local} -> {} {:?}{}: sent {:>5.1} % ({}), rtt {}, cwnd {} kB",
+            p.id,
+            p.remote,
+            p.state,
+            if p.validated { "" } else { " (unvalidated)" },
+            100.0 * p.bytes_sent as f64 / total as f64,
+            rate(p.bytes_sent, took),
+            ms(p.rtt),
+            p.cwnd / 1000,
+        );
+    }
 }
 
 pub(crate) fn parse_size(text: &str) -> Result<u64, String> {

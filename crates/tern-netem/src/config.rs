@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tern_sim::{LinkConfig, LossModel};
+use tern_sim::{Fade, LinkConfig, LossModel, Outage};
 
 use crate::shaper::{QueueLimit, RateModel};
 use crate::trace::Trace;
@@ -42,9 +42,11 @@ impl fmt::Display for Direction {
 
 /// Everything that shapes one direction of an emulated link.
 ///
-/// Stage order (as in the simulator): drop-tail queue drained by `rate` → `loss` (a lost packet
-/// still used its share of the capacity) → duplication → corruption → `delay` + `jitter`
-/// (order-preserving) or + `reorder_delay` for the packets picked by `reorder`.
+/// Stage order (as in the simulator): `outage` (a packet arriving while dark is dropped before
+/// the queue) → drop-tail queue drained by `rate` → `outage` again (a packet leaving the queue
+/// while dark is dropped) → `loss`, then `fade` (a lost packet still used its share of the
+/// capacity) → duplication → corruption → `delay` + `jitter` (order-preserving) or +
+/// `reorder_delay` for the packets picked by `reorder`.
 ///
 /// Sizes and rates count whole IP packets (headers included, no link-layer framing), as
 /// mahimahi does.
@@ -60,6 +62,10 @@ pub struct DirectionConfig {
     pub reorder_delay: Duration,
     /// Random or Gilbert–Elliott loss.
     pub loss: LossModel,
+    /// Scheduled dark windows, from the emulator's start (see [`tern_sim::Outage`]).
+    pub outage: Option<Outage>,
+    /// Time-based good/bad loss, on top of `loss` (see [`tern_sim::Fade`]).
+    pub fade: Option<Fade>,
     /// Probability that a packet is delivered twice.
     pub duplicate: f64,
     /// Probability that one bit of a packet is flipped (the receiver's checksums then drop it).
@@ -85,6 +91,8 @@ impl Default for DirectionConfig {
             reorder: 0.0,
             reorder_delay: Duration::ZERO,
             loss: LossModel::None,
+            outage: None,
+            fade: None,
             duplicate: 0.0,
             corrupt: 0.0,
             rate: RateModel::Unlimited,
@@ -98,8 +106,8 @@ impl Default for DirectionConfig {
 
 /// Keys understood by [`DirectionConfig::set`], for help texts.
 pub const KEYS: &str = "delay=20ms jitter=1ms rate=10mbit trace=FILE loss=1% \
-ge=P_GB,P_BG[,LOSS_GOOD,LOSS_BAD] bursty=LOSS,MEAN_BURST queue=100kB|64pkt|50ms|unlimited \
-reorder=P,DELAY duplicate=P corrupt=P ecn=30kB|20pkt|5ms|bleach|ect1|off seed=N up=true|false";
+ge=P_GB,P_BG[,LOSS_GOOD,LOSS_BAD] bursty=LOSS,MEAN_BURST outage=AT+FOR[/EVERY]|off \
+fade=MEAN_GOOD,MEAN_BAD[,LOSS_BAD]|off queue=100kB|64pkt|50ms|unlimited reorder=P,DELAY duplicate=P corrupt=P ecn=30kB|20pkt|5ms|bleach|ect1|off seed=N up=true|false";
 
 impl DirectionConfig {
     /// A pass-through direction (no delay, no loss, unlimited rate).
@@ -157,6 +165,8 @@ impl DirectionConfig {
                     .map_err(|_| Error::Parse(format!("bursty={value}: bad burst length")))?;
                 self.loss = LossModel::bursty(units::parse_probability(&parts[0])?, burst);
             }
+            "outage" => self.outage = parse_outage(value)?,
+            "fade" => self.fade = parse_fade(value)?,
             "queue" => self.queue = units::parse_queue(value)?,
             "reorder" => {
                 let parts = pair(value)?;
@@ -232,14 +242,87 @@ impl DirectionConfig {
 
     /// The simulator link model for everything after the queue (its own rate stage unused).
     pub fn link_config(&self) -> LinkConfig {
-        LinkConfig::ideal()
+        let mut link = LinkConfig::ideal()
             .with_delay(self.delay)
             .with_jitter(self.jitter)
             .with_reorder(self.reorder, self.reorder_delay)
             .with_loss(self.loss.clone())
             .with_duplicate(self.duplicate)
-            .with_corrupt(self.corrupt)
+            .with_corrupt(self.corrupt);
+        link.outage = self.outage;
+        link.fade = self.fade;
+        link
     }
+}
+
+/// `AT+FOR` (dark during `[AT, AT+FOR)`), `AT+FOR/EVERY` (and again every EVERY), or `off`.
+fn parse_outage(value: &str) -> Result<Option<Outage>, Error> {
+    let v = value.trim();
+    if matches!(v, "off" | "none") {
+        return Ok(None);
+    }
+    let want = || {
+        Error::Parse(format!(
+            "outage={value}: want AT+FOR or AT+FOR/EVERY (e.g. 5s+2s, 1s+500ms/10s) or off"
+        ))
+    };
+    let (at, rest) = v.split_once('+').ok_or_else(want)?;
+    let (length, every) = match rest.split_once('/') {
+        Some((length, every)) => (length, Some(every)),
+        None => (rest, None),
+    };
+    let duration = |s: &str| {
+        units::parse_duration(s).map_err(|e| Error::Parse(format!("outage={value}: {e}")))
+    };
+    let (at, length) = (duration(at)?, duration(length)?);
+    if length.is_zero() {
+        return Err(Error::Parse(format!(
+            "outage={value}: FOR is zero, the link would never be dark"
+        )));
+    }
+    Ok(Some(match every {
+        None => Outage::once(at, length),
+        Some(every) => {
+            let every = duration(every)?;
+            if every <= length {
+                return Err(Error::Parse(format!(
+                    "outage={value}: EVERY must be longer than FOR, or the link never comes \
+                     back (up=false takes a direction down for good)"
+                )));
+            }
+            Outage::periodic(at, length, every)
+        }
+    }))
+}
+
+/// `MEAN_GOOD,MEAN_BAD[,LOSS_BAD]` (e.g. `2s,50ms` or `2s,50ms,80%`), or `off`.
+fn parse_fade(value: &str) -> Result<Option<Fade>, Error> {
+    let v = value.trim();
+    if matches!(v, "off" | "none") {
+        return Ok(None);
+    }
+    let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+    if !(2..=3).contains(&parts.len()) {
+        return Err(Error::Parse(format!(
+            "fade={value}: want MEAN_GOOD,MEAN_BAD[,LOSS_BAD] (e.g. 2s,50ms or 2s,50ms,80%) or off"
+        )));
+    }
+    let mean = |s: &str, what: &str| -> Result<std::time::Duration, Error> {
+        let d = units::parse_duration(s).map_err(|e| Error::Parse(format!("fade={value}: {e}")))?;
+        if d.is_zero() {
+            return Err(Error::Parse(format!(
+                "fade={value}: the mean {what} time must be more than zero"
+            )));
+        }
+        Ok(d)
+    };
+    let fade = Fade::new(mean(parts[0], "good")?, mean(parts[1], "bad")?);
+    Ok(Some(match parts.get(2) {
+        Some(p) => fade.with_loss_in_bad(
+            units::parse_probability(p).map_err(|e| Error::Parse(format!("fade={value}: {e}")))?,
+        ),
+        None => fade,
+    }))
 }
 
 /// Splits `"a=1,b=2 c=x,y"` into `[(a,1),(b,2),(c,"x,y")]`.
@@ -306,6 +389,22 @@ impl fmt::Display for DirectionConfig {
                 self.loss.mean_loss() * 100.0
             )?,
             _ => {}
+        }
+        if let Some(o) = &self.outage {
+            write!(f, " outage {:?}+{:?}", o.at, o.duration)?;
+            if let Some(every) = o.every {
+                write!(f, " every {every:?}")?;
+            }
+        }
+        if let Some(fade) = &self.fade {
+            write!(
+                f,
+                " fade good {:?} bad {:?} loss {:.3} % (bad {:.3} % of the time)",
+                fade.mean_good,
+                fade.mean_bad,
+                fade.loss_in_bad * 100.0,
+                fade.bad_fraction() * 100.0
+            )?;
         }
         if self.reorder > 0.0 {
             write!(
@@ -450,5 +549,72 @@ mod tests {
         assert_eq!(l.rate_bps, None);
         assert_eq!(l.delay, Duration::from_millis(5));
         assert_eq!(l.loss, LossModel::Random(0.02));
+    }
+
+    #[test]
+    fn outage_settings_parse() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let mut c = DirectionConfig::default();
+        c.apply("delay=10ms outage=5s+2s").unwrap();
+        assert_eq!(c.outage, Some(Outage::once(s(5), s(2))));
+        c.apply("outage=1.5s+500ms/10s,loss=1%").unwrap();
+        assert_eq!(c.outage, Some(Outage::periodic(ms(1500), ms(500), s(10))));
+        assert_eq!(c.loss, LossModel::Random(0.01));
+        let text = c.to_string();
+        assert!(text.contains("outage 1.5s+500ms every 10s"), "{text}");
+        assert_eq!(c.link_config().outage, c.outage);
+        c.apply("outage=off").unwrap();
+        assert_eq!(c.outage, None);
+        let err = |spec: &str| {
+            DirectionConfig::default()
+                .apply(spec)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            err("outage=5s").contains("want AT+FOR"),
+            "{}",
+            err("outage=5s")
+        );
+        assert!(err("outage=5s+2parsecs").contains("bad duration \"2parsecs\""));
+        assert!(err("outage=5s+0s").contains("FOR is zero"));
+        assert!(err("outage=5s+2s/2s").contains("EVERY must be longer than FOR"));
+        assert!(err("outage=5s+2s/").contains("bad duration"));
+    }
+
+    #[test]
+    fn fade_settings_parse() {
+        let ms = Duration::from_millis;
+        let mut c = DirectionConfig::default();
+        c.apply("fade=2s,50ms delay=5ms").unwrap();
+        assert_eq!(c.fade, Some(Fade::new(ms(2000), ms(50))));
+        assert_eq!(c.delay, ms(5));
+        c.apply("fade=2s,50ms,80%,loss=0.1%").unwrap();
+        assert_eq!(
+            c.fade,
+            Some(Fade::new(ms(2000), ms(50)).with_loss_in_bad(0.8))
+        );
+        assert_eq!(c.loss, LossModel::Random(0.001), "fade composes with loss");
+        let text = c.to_string();
+        assert!(
+            text.contains("fade good 2s bad 50ms loss 80.000 %"),
+            "{text}"
+        );
+        assert_eq!(c.link_config().fade, c.fade);
+        c.apply("fade=off").unwrap();
+        assert_eq!(c.fade, None);
+        let err = |spec: &str| {
+            DirectionConfig::default()
+                .apply(spec)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("fade=2s").contains("want MEAN_GOOD,MEAN_BAD"));
+        assert!(err("fade=2s,50ms,1,2").contains("want MEAN_GOOD,MEAN_BAD"));
+        assert!(err("fade=2s,0ms").contains("mean bad time must be more than zero"));
+        assert!(err("fade=0,50ms").contains("mean good time must be more than zero"));
+        assert!(err("fade=2s,50ms,150%").contains("probability"));
+        assert!(err("fade=soon,50ms").contains("bad duration"));
     }
 }

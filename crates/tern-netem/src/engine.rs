@@ -19,10 +19,13 @@ pub struct DirectionStats {
     pub offered_bytes: u64,
     /// Dropped by the drop-tail queue.
     pub dropped_queue: u64,
-    /// Lost by the loss model.
+    /// Lost by the loss model or a fade.
     pub dropped_loss: u64,
     /// Dropped because the direction was set down.
     pub dropped_down: u64,
+    /// Dropped because a scheduled outage darkened the direction (on arrival or on leaving the
+    /// queue).
+    pub dropped_outage: u64,
     /// Packets scheduled for delivery (duplicates included).
     pub delivered: u64,
     /// Bytes scheduled for delivery.
@@ -59,6 +62,9 @@ pub struct DirectionEngine {
     link: Link,
     dropped_down: u64,
     dropped_down_bytes: u64,
+    /// Dropped by an outage before the queue (the link counts those dropped after it).
+    dropped_outage: u64,
+    dropped_outage_bytes: u64,
     ce_marked: u64,
 }
 
@@ -78,6 +84,8 @@ impl DirectionEngine {
             link,
             dropped_down: 0,
             dropped_down_bytes: 0,
+            dropped_outage: 0,
+            dropped_outage_bytes: 0,
             ce_marked: 0,
         }
     }
@@ -125,6 +133,13 @@ impl DirectionEngine {
             self.dropped_down_bytes += packet.len() as u64;
             return 0;
         }
+        // Dark on arrival: dropped before the queue (no capacity used). A packet that leaves
+        // the queue while dark is dropped by the link model, which sees the departure time.
+        if self.link.in_outage(now) {
+            self.dropped_outage += 1;
+            self.dropped_outage_bytes += packet.len() as u64;
+            return 0;
+        }
         if self.config.ecn != crate::ecn::EcnRule::Pass {
             let queued = self.shaper.queue(now);
             let limit = self.config.ecn_mark_limit();
@@ -149,11 +164,12 @@ impl DirectionEngine {
         let s = self.shaper.stats();
         let l = self.link.stats();
         DirectionStats {
-            offered: s.offered + self.dropped_down,
-            offered_bytes: s.offered_bytes + self.dropped_down_bytes,
+            offered: s.offered + self.dropped_down + self.dropped_outage,
+            offered_bytes: s.offered_bytes + self.dropped_down_bytes + self.dropped_outage_bytes,
             dropped_queue: s.dropped,
             dropped_loss: l.dropped_loss,
             dropped_down: self.dropped_down,
+            dropped_outage: self.dropped_outage + l.dropped_outage,
             delivered: l.delivered,
             delivered_bytes: l.bytes,
             duplicated: l.duplicated,
@@ -241,5 +257,38 @@ mod tests {
         assert_eq!((s.offered, s.dropped_down), (1, 1));
         e.reconfigure(config("up=true"));
         assert_eq!(e.offer(vec![0; 100], t0, |_, _| {}), 1);
+    }
+
+    #[test]
+    fn outage_drops_on_arrival_and_on_leaving_the_queue() {
+        let t0 = origin();
+        let ms = Duration::from_millis;
+        // 12 Mbit/s: a 1500-byte packet takes 1 ms. Dark during [10 ms, 20 ms).
+        let mut e = DirectionEngine::new(
+            config("rate=12mbit,queue=unlimited,outage=10ms+10ms"),
+            1,
+            t0,
+        );
+        let mut got = Vec::new();
+        // Twelve at 0 ms leave the queue at 1..=12 ms: the last three while dark.
+        for _ in 0..12 {
+            e.offer(vec![0; 1500], t0, |at, _| got.push(at - t0));
+        }
+        assert_eq!(got, (1..=9).map(ms).collect::<Vec<_>>());
+        // Arriving while dark: dropped before the queue.
+        assert_eq!(e.offer(vec![0; 1500], t0 + ms(15), |_, _| panic!()), 0);
+        let s = e.stats(t0 + ms(15));
+        assert_eq!((s.offered, s.dropped_outage, s.delivered), (13, 4, 9));
+        assert_eq!(s.queue_packets, 0, "the dark arrival was never queued");
+        assert_eq!(e.offer(vec![0; 1500], t0 + ms(20), |_, _| {}), 1);
+        // A fade with total loss in a bad state that never ends drops everything after the
+        // first good sojourn; `off` restores the link.
+        e.reconfigure(config("fade=1ms,1000s"));
+        let lost = (0..1000u32)
+            .filter(|i| e.offer(vec![0; 100], t0 + ms(100) + ms(1) * *i, |_, _| {}) == 0)
+            .count();
+        assert!(lost > 900, "{lost}");
+        e.reconfigure(config("fade=off"));
+        assert_eq!(e.offer(vec![0; 100], t0 + ms(2000), |_, _| {}), 1);
     }
 }

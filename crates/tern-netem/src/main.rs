@@ -89,6 +89,16 @@ struct UpArgs {
     /// Bursty loss as MEAN_LOSS,MEAN_BURST_PACKETS (Gilbert–Elliott, e.g. 2%,5).
     #[arg(long)]
     bursty: Option<String>,
+    /// Outage: dark from AT for FOR, once (AT+FOR, e.g. 5s+2s) or then every EVERY
+    /// (AT+FOR/EVERY, e.g. 1s+500ms/10s); times from the emulator's start. Packets arriving or
+    /// leaving the queue while dark are dropped.
+    #[arg(long, value_name = "AT+FOR[/EVERY]")]
+    outage: Option<String>,
+    /// Fades: good for an exponential time of mean MEAN_GOOD, then bad for one of mean
+    /// MEAN_BAD, and so on; packets are lost with probability LOSS_BAD (default 100%) while
+    /// bad (e.g. 2s,50ms). On top of --loss/--ge/--bursty.
+    #[arg(long, value_name = "MEAN_GOOD,MEAN_BAD[,LOSS_BAD]")]
+    fade: Option<String>,
     /// Drop-tail limit: bytes (100kB, 64KiB), packets (64pkt) or time at the rate (50ms).
     /// Default: 100 ms at the (mean) rate, at least 15 kB.
     #[arg(long)]
@@ -219,7 +229,7 @@ fn dur(s: &str) -> Result<Duration> {
 /// Builds the emulation config from the flags.
 fn emulation_config(a: &UpArgs, links: &[String]) -> Result<EmulationConfig> {
     let mut base = DirectionConfig::default();
-    let flags: [(&str, Option<String>); 12] = [
+    let flags: [(&str, Option<String>); 14] = [
         ("delay", a.delay.clone()),
         ("jitter", a.jitter.clone()),
         ("rate", a.rate.clone()),
@@ -227,6 +237,8 @@ fn emulation_config(a: &UpArgs, links: &[String]) -> Result<EmulationConfig> {
         ("loss", a.loss.clone()),
         ("ge", a.ge.clone()),
         ("bursty", a.bursty.clone()),
+        ("outage", a.outage.clone()),
+        ("fade", a.fade.clone()),
         ("queue", a.queue.clone()),
         ("reorder", a.reorder.clone()),
         ("ecn", a.ecn.clone()),
@@ -292,13 +304,15 @@ fn print_stats(emu: &Emulator, elapsed: Duration) {
                 let secs = elapsed.as_secs_f64().max(1e-9);
                 eprintln!(
                     "tern-netem: {link} {dir:<4}: offered {} pkt, delivered {} ({}), dropped \
-                     queue {} loss {} down {}, CE-marked {}, queue now {} B/{} pkt, max {} B/{} pkt",
+                     queue {} loss {} down {} outage {}, CE-marked {}, queue now {} B/{} pkt, \
+                     max {} B/{} pkt",
                     s.offered,
                     s.written,
                     format_rate(s.written_bytes as f64 * 8.0 / secs),
                     s.dropped_queue,
                     s.dropped_loss,
                     s.dropped_down,
+                    s.dropped_outage,
                     s.ce_marked,
                     s.queue_bytes,
                     s.queue_packets,

@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::{cfg, fig, prerequisites, probe, run, settle, Background};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use tern_netem::probe::Report;
 use tern_netem::{Direction, DuplexConfig, EmulationConfig, Topology, TopologySpec};
 
 fn ns_exists(ns: &str) -> bool {
@@ -139,6 +140,79 @@ fn parking_lot_flows_cross_their_bottlenecks() {
     assert_eq!(emu.stats("b1", Direction::Up).unwrap().offered, 100);
     assert_eq!(emu.stats("b2", Direction::Up).unwrap().offered, 100);
     assert_eq!(emu.stats("b1", Direction::Down).unwrap().offered, 0);
+}
+
+/// A paced UDP train of `count` datagrams at 100 per second from `from` to `to_addr:port`
+/// (`to` receives), through the emulated link; the receiver's report.
+fn train(topo: &Topology, from: &str, to: &str, to_addr: &str, port: u16, count: u32) -> Report {
+    let dst = format!("{to_addr}:{port}");
+    // The receiver's idle limit is longer than any dark window.
+    let rx = Background::start(probe(
+        topo,
+        to,
+        &[
+            "udp-recv", "--bind", &dst, "--max", "30s", "--idle", "1500ms",
+        ],
+    ));
+    settle();
+    let count = count.to_string();
+    let sent = run(probe(
+        topo,
+        from,
+        &[
+            "udp-send", "--to", &dst, "--count", &count, "--size", "100", "--pps", "100",
+        ],
+    ));
+    assert_eq!(fig(&sent, "sent").to_string(), count, "{from} -> {to}");
+    rx.finish()
+}
+
+#[test]
+fn outages_darken_a_link_for_their_windows() {
+    if !prerequisites("outages_darken_a_link_for_their_windows") {
+        return;
+    }
+    let topo = Topology::build(&TopologySpec::single()).unwrap();
+    // Up: dark once during [3 s, 4 s) of the emulator's clock. Down: dark 300 ms of every
+    // second, from its start.
+    let emu = topo
+        .start(&EmulationConfig::uniform(DuplexConfig {
+            up: cfg("delay=5ms outage=3s+1s"),
+            down: cfg("delay=5ms outage=0s+300ms/1s"),
+        }))
+        .unwrap();
+    // The machine is loaded, so these checks count datagrams and never time them: a 5 s train
+    // at 100 per second that starts well before 3 s crosses the whole dark second (100
+    // datagrams, give or take the sender's pacing), and a 4 s train crosses four dark windows
+    // of 300 ms (120), whenever it starts.
+    let since = emu.epoch().elapsed();
+    if since < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_secs(1) - since);
+    }
+    let up = train(&topo, "c", "s", "10.77.2.1", 7401, 500);
+    let down = train(&topo, "s", "c", "10.77.1.1", 7402, 400);
+    let su = emu.stats("r", Direction::Up).unwrap();
+    let sd = emu.stats("r", Direction::Down).unwrap();
+    println!(
+        "outages: up received {} of 500, {} dropped dark; down received {} of 400, {} dropped dark",
+        fig(&up, "received"),
+        su.dropped_outage,
+        fig(&down, "received"),
+        sd.dropped_outage
+    );
+    for (s, r, count, dark) in [(su, &up, 500, 85..=115), (sd, &down, 400, 100..=140)] {
+        assert_eq!(s.offered, count);
+        assert!(dark.contains(&s.dropped_outage), "{s:?}");
+        assert_eq!(
+            s.dropped_loss + s.dropped_queue + s.dropped_down,
+            0,
+            "{s:?}"
+        );
+        assert_eq!(s.written, count - s.dropped_outage, "{s:?}");
+        assert_eq!(fig(r, "received"), s.written as f64);
+    }
+    // The up train's last datagrams came after the dark second, and got through.
+    assert_eq!(fig(&up, "max_seq"), 499.0);
 }
 
 #[test]

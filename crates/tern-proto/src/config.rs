@@ -82,6 +82,10 @@ pub struct ConnectionConfig {
     pub max_pacing_burst: u64,
     /// Which path carries the next data packet when there are several (DESIGN.md F16).
     pub scheduler: crate::path::scheduler::SchedulerKind,
+    /// Messages of at least this priority are also copied onto every other active path,
+    /// whatever the scheduler (the redundant scheduler per message priority: small urgent
+    /// messages arrive by the first path that delivers them). `None`: off.
+    pub redundant_priority: Option<u8>,
     /// Other addresses of ours the peer may reach us at (a server's second interface): a
     /// server advertises them (AddAddress) once the handshake is done, and the client opens a
     /// path to each (PROTOCOL.md §13).
@@ -114,6 +118,7 @@ impl Default for ConnectionConfig {
             max_datagram_size_in: 65_535,
             datagram_queue: 256,
             scheduler: Default::default(),
+            redundant_priority: None,
             advertise: Vec::new(),
             local_ips: Vec::new(),
             max_paths: crate::path::MAX_PATHS,

@@ -10,7 +10,7 @@
 //! The endpoint never reads a clock, a socket or a global RNG.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -129,6 +129,16 @@ impl Endpoint {
     /// A connection, for application commands.
     pub fn connection_mut(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
         self.connections.get_mut(handle.0)?.as_mut()
+    }
+
+    /// One of this host's addresses changed (every connection's paths that used `old` now
+    /// send from `new`; see [`Connection::local_ip_changed`]). Returns how many paths moved.
+    pub fn local_ip_changed(&mut self, now: Instant, old: IpAddr, new: IpAddr) -> usize {
+        self.connections
+            .iter_mut()
+            .flatten()
+            .map(|c| c.local_ip_changed(now, old, new))
+            .sum()
     }
 
     /// The handles of every connection alive on this endpoint.
@@ -381,6 +391,10 @@ impl Endpoint {
                 return;
             }
             if let Some(conn) = self.connections[idx].as_mut() {
+                if packet.ty == wire::LongType::Initial {
+                    // The client moved before it heard our answer: answer where it is now.
+                    conn.on_initial_from(now, remote);
+                }
                 conn.stats.datagrams_received += 1;
                 conn.stats.bytes_received += len as u64;
                 conn.paths[0].bytes_received += len as u64;

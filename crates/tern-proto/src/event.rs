@@ -104,6 +104,17 @@ pub enum Event {
         /// The path's ID.
         id: u32,
     },
+    /// A path was made active, standby or abandoned, by the application of either end
+    /// (`by_peer`: the peer's PathStatus, or its RemoveAddress). An abandoned path's data in
+    /// flight was moved to the other paths.
+    PathStateChanged {
+        /// The path's ID.
+        id: u32,
+        /// Its new state.
+        state: crate::path::PathState,
+        /// The peer asked for it.
+        by_peer: bool,
+    },
     /// The peer's address on a path changed (NAT rebinding, a new lease, a new roadside
     /// unit): the new address is being validated.
     PeerAddressChanged {

@@ -74,7 +74,10 @@ pub use error::{ConnectError, ConnectionError, OpenError, ReadError, WriteError}
 pub use event::{Event, Violation};
 pub use flow::{Dir, FlowId};
 pub use message::{DatagramError, Message, MessageId, MessageOptions, SendMessageError};
-pub use path::scheduler::{Candidate, MinRtt, RoundRobin, Scheduler, SchedulerKind};
+pub use path::scheduler::{
+    AckClocked, Backup, Candidate, Context as SchedulerContext, Deadline, MinRtt, Redundant,
+    RoundRobin, Scheduler, SchedulerKind, UnknownScheduler,
+};
 pub use path::{PathState, PathStats, MAX_PATHS};
 pub use recovery::{EcnCodepoint, EcnState};
 

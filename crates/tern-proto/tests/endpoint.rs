@@ -552,3 +552,73 @@ fn stopping_a_flow_frees_what_it_buffered() {
         .collect();
     assert_eq!(stopped, vec![(open, 2)]);
 }
+
+#[test]
+fn a_copy_from_a_spoofed_address_moves_the_path_but_gets_at_most_three_times_its_size() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    // The server has 1 MB to send to the client.
+    let conn = pair.server.connection_mut(s).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, &vec![7u8; 1 << 20]).unwrap();
+    conn.finish(flow).unwrap();
+    // An attacker copies the client's next packet and gets it to the server first, from the
+    // victim's address.
+    let client = pair.client.connection_mut(c).unwrap();
+    let up = client.open_flow(Dir::Uni).unwrap();
+    client.write(up, &[1u8; 1000]).unwrap();
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let genuine = buf[..t.size].to_vec();
+    let victim: SocketAddr = "192.0.2.66:5000".parse().unwrap();
+    let mut copy = genuine.clone();
+    pair.server.handle(pair.now, victim, None, &mut copy);
+    // Until the victim answers (it never will), the server sends it at most 3× the copy.
+    let mut to_victim = 0;
+    let end = pair.now + Duration::from_secs(5);
+    loop {
+        let mut out = Vec::new();
+        while let Some(t) = pair.server.poll_transmit(pair.now, &mut out) {
+            assert_eq!(t.destination, victim, "the path followed the copy");
+            to_victim += t.size;
+        }
+        match pair.server.poll_timeout() {
+            Some(t) if t < end => {
+                pair.now = t;
+                pair.server.handle_timeout(t);
+            }
+            _ => break,
+        }
+    }
+    assert!(to_victim > 0, "the server challenged the new address");
+    assert!(
+        to_victim <= 3 * genuine.len(),
+        "{to_victim} bytes to the victim for {} received from it",
+        genuine.len()
+    );
+    // The real client is heard again (a new packet from its own address): the path comes
+    // back, is validated, and the whole megabyte arrives.
+    let client = pair.client.connection_mut(c).unwrap();
+    client.write(up, b"y").unwrap();
+    client.finish(up).unwrap();
+    pair.exchange();
+    let mut got = 0;
+    let mut id = None;
+    let mut buf = vec![0u8; 1 << 16];
+    for _ in 0..100_000 {
+        let client = pair.client.connection_mut(c).unwrap();
+        id = id.or_else(|| client.accept_flow(Dir::Uni));
+        if let Some(id) = id {
+            while let Ok(Some(n)) = client.read(id, &mut buf) {
+                got += n;
+            }
+        }
+        if got == 1 << 20 || !pair.advance() {
+            break;
+        }
+    }
+    assert_eq!(got, 1 << 20, "the whole megabyte arrives");
+    let paths = pair.server.connection(s).unwrap().path_stats();
+    assert_eq!(paths[0].remote, CLIENT.parse::<SocketAddr>().unwrap());
+    assert!(paths[0].validated, "{paths:#?}");
+}

@@ -95,7 +95,9 @@ pub mod sim;
 pub mod tern;
 pub mod trace;
 
-pub use link::{DropReason, Link, LinkConfig, LinkStats, LossModel, Verdict, DEFAULT_MTU};
+pub use link::{
+    DropReason, Fade, Link, LinkConfig, LinkStats, LossModel, Outage, Verdict, DEFAULT_MTU,
+};
 pub use sim::{
     Datagram, HostId, LinkId, Node, RunOutcome, SimError, SimStats, Simulation, DEFAULT_STALL_LIMIT,
 };

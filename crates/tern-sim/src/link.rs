@@ -1,5 +1,6 @@
 //! One direction of a network link: rate limiter, drop-tail queue, propagation delay, jitter,
-//! reordering, loss (random or Gilbert–Elliott bursts), duplication and corruption.
+//! reordering, loss (random or Gilbert–Elliott bursts), duplication and corruption, and two
+//! time-based impairments: scheduled outages ([`Outage`]) and fades ([`Fade`]).
 //!
 //! A [`Link`] is a pure element with the shape shared by every simulator element (STYLE.md
 //! example 9): [`Link::process`] takes a datagram and the current time and hands the copies that
@@ -101,6 +102,119 @@ impl LossModel {
     }
 }
 
+/// A scheduled outage: the link is dark during `[at, at + duration)` and, when `every` is set,
+/// again during `[at + k·every, at + k·every + duration)` for every `k ≥ 1`. Times count from
+/// the link's epoch (the simulation's start, or the emulator's).
+///
+/// While dark the link is a blackhole, like a radio path that has gone away: a datagram offered
+/// while dark is dropped before the queue (it uses no capacity), and a datagram that finishes
+/// serialization while dark is dropped on the wire (it did use its capacity). Both count as
+/// [`DropReason::Outage`]. A datagram that left the transmitter before the outage still
+/// arrives. Unlike [`Link::set_up`], an outage is part of the configuration, so the same
+/// settings darken the same windows in the simulator and in the emulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Outage {
+    /// Start of the first dark window, from the link's epoch.
+    pub at: Duration,
+    /// Length of each dark window.
+    pub duration: Duration,
+    /// Period of the dark windows, from one start to the next; `None` (or zero): once.
+    /// A period not longer than `duration` leaves the link dark from `at` on.
+    pub every: Option<Duration>,
+}
+
+impl Outage {
+    /// One dark window `[at, at + duration)`.
+    pub fn once(at: Duration, duration: Duration) -> Self {
+        Self {
+            at,
+            duration,
+            every: None,
+        }
+    }
+
+    /// Dark windows of `duration` starting at `at`, `at + every`, `at + 2·every`, …
+    pub fn periodic(at: Duration, duration: Duration, every: Duration) -> Self {
+        Self {
+            at,
+            duration,
+            every: Some(every),
+        }
+    }
+
+    /// Whether the link is dark at `since_epoch`.
+    pub fn is_dark(&self, since_epoch: Duration) -> bool {
+        let Some(into) = since_epoch.checked_sub(self.at) else {
+            return false;
+        };
+        match self.every {
+            Some(every) if !every.is_zero() => {
+                let phase = into.as_nanos() % every.as_nanos();
+                phase < self.duration.as_nanos()
+            }
+            _ => into < self.duration,
+        }
+    }
+}
+
+/// A fade: a two-state (good/bad) model in *time*. The link stays good for an exponentially
+/// distributed time of mean `mean_good`, then bad for an exponential time of mean `mean_bad`,
+/// and so on; a datagram that goes onto the wire in the bad state is lost with probability
+/// `loss_in_bad` (counted as [`DropReason::Loss`]). It composes with the [`LossModel`], which
+/// still applies in both states.
+///
+/// Unlike the per-datagram [`LossModel::GilbertElliott`] chain, the state changes with time
+/// whether or not datagrams flow: a sparse flow's datagrams (a handshake's retransmissions,
+/// spaced by timeouts) do not all fall into one burst when the bad periods are shorter than
+/// their spacing. The timeline starts good at the link's epoch and is drawn from a generator of
+/// its own, derived from the link's seed, so it depends on the seed and the clock only, not on
+/// the traffic.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Fade {
+    /// Mean sojourn in the good state. Zero: always bad.
+    pub mean_good: Duration,
+    /// Mean sojourn in the bad state. Zero: never bad (no fades).
+    pub mean_bad: Duration,
+    /// Loss probability in the bad state (`0.0..=1.0`).
+    pub loss_in_bad: f64,
+}
+
+impl Fade {
+    /// Fades of mean length `mean_bad` every `mean_good + mean_bad` on average, losing every
+    /// datagram while they last.
+    pub fn new(mean_good: Duration, mean_bad: Duration) -> Self {
+        Self {
+            mean_good,
+            mean_bad,
+            loss_in_bad: 1.0,
+        }
+    }
+
+    /// Sets the loss probability in the bad state.
+    #[must_use]
+    pub fn with_loss_in_bad(mut self, probability: f64) -> Self {
+        self.loss_in_bad = probability;
+        self
+    }
+
+    /// The long-run fraction of time spent in the bad state: `mean_bad / (mean_good + mean_bad)`.
+    pub fn bad_fraction(&self) -> f64 {
+        let (good, bad) = (self.mean_good.as_secs_f64(), self.mean_bad.as_secs_f64());
+        if bad <= 0.0 {
+            0.0
+        } else {
+            bad / (good + bad)
+        }
+    }
+
+    /// The long-run fraction of datagrams lost to fades (whatever their spacing).
+    pub fn mean_loss(&self) -> f64 {
+        self.bad_fraction() * self.loss_in_bad.clamp(0.0, 1.0)
+    }
+}
+
 /// Everything that shapes one direction of a link. Fields are public so a test can change one
 /// knob mid-run through [`Link::config_mut`]; presets and `with_*` methods cover the usual cases.
 ///
@@ -146,6 +260,10 @@ pub struct LinkConfig {
     /// A middlebox that rewrites every datagram's ECN bits to this value: `0` bleaches them
     /// (Not-ECT), `0b01` turns ECT(0) into ECT(1). Applied before marking.
     pub ecn_rewrite: Option<u8>,
+    /// Scheduled dark windows (see [`Outage`]); `None`: never dark.
+    pub outage: Option<Outage>,
+    /// Time-based good/bad loss (see [`Fade`]); `None`: no fades.
+    pub fade: Option<Fade>,
 }
 
 impl Default for LinkConfig {
@@ -181,6 +299,8 @@ impl LinkConfig {
             mtu: 65_535,
             ecn_mark_bytes: None,
             ecn_rewrite: None,
+            outage: None,
+            fade: None,
         }
     }
 
@@ -337,6 +457,20 @@ impl LinkConfig {
         self.mtu = mtu;
         self
     }
+
+    /// Darkens the link on a schedule (see [`Outage`]).
+    #[must_use]
+    pub fn with_outage(mut self, outage: Outage) -> Self {
+        self.outage = Some(outage);
+        self
+    }
+
+    /// Adds time-based fades (see [`Fade`]).
+    #[must_use]
+    pub fn with_fade(mut self, fade: Fade) -> Self {
+        self.fade = Some(fade);
+        self
+    }
 }
 
 /// Why a link dropped a datagram.
@@ -351,6 +485,8 @@ pub enum DropReason {
     Loss,
     /// The link was down ([`Link::set_up`]).
     Down,
+    /// The link was dark: a scheduled [`Outage`].
+    Outage,
 }
 
 /// What [`Link::process`] did with a datagram.
@@ -368,7 +504,7 @@ pub enum Verdict {
 /// Per-link counters, printed in the simulation summary.
 ///
 /// Invariant: `sent == delivered − duplicated + dropped_mtu + dropped_queue + dropped_loss +
-/// dropped_down`.
+/// dropped_down + dropped_outage`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct LinkStats {
     /// Datagrams offered to the link.
@@ -377,12 +513,14 @@ pub struct LinkStats {
     pub delivered: u64,
     /// Dropped because the drop-tail queue was full.
     pub dropped_queue: u64,
-    /// Lost on the wire.
+    /// Lost on the wire (the loss model and fades).
     pub dropped_loss: u64,
     /// Dropped for exceeding the MTU.
     pub dropped_mtu: u64,
     /// Dropped because the link was down.
     pub dropped_down: u64,
+    /// Dropped because the link was dark (a scheduled [`Outage`]).
+    pub dropped_outage: u64,
     /// Extra copies made.
     pub duplicated: u64,
     /// Datagrams with a flipped bit.
@@ -396,7 +534,11 @@ pub struct LinkStats {
 impl LinkStats {
     /// All drops, whatever the reason.
     pub fn dropped(&self) -> u64 {
-        self.dropped_queue + self.dropped_loss + self.dropped_mtu + self.dropped_down
+        self.dropped_queue
+            + self.dropped_loss
+            + self.dropped_mtu
+            + self.dropped_down
+            + self.dropped_outage
     }
 }
 
@@ -404,7 +546,7 @@ impl fmt::Display for LinkStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "sent {} delivered {} ({} B) dropped queue/loss/mtu/down {}/{}/{}/{} dup {} corrupt {} ce {}",
+            "sent {} delivered {} ({} B) dropped queue/loss/mtu/down/outage {}/{}/{}/{}/{} dup {} corrupt {} ce {}",
             self.sent,
             self.delivered,
             self.bytes,
@@ -412,6 +554,7 @@ impl fmt::Display for LinkStats {
             self.dropped_loss,
             self.dropped_mtu,
             self.dropped_down,
+            self.dropped_outage,
             self.duplicated,
             self.corrupted,
             self.ce_marked
@@ -424,6 +567,21 @@ impl fmt::Display for LinkStats {
 fn chance(rng: &mut ChaCha8Rng, p: f64) -> bool {
     p > 0.0 && rng.random::<f64>() < p
 }
+
+/// An exponentially distributed duration of mean `mean_secs` (> 0).
+fn exponential(rng: &mut ChaCha8Rng, mean_secs: f64) -> Duration {
+    // 1 − u is in (0, 1], so the logarithm is finite and ≤ 0.
+    let u: f64 = rng.random();
+    Duration::try_from_secs_f64(-mean_secs * (1.0 - u).ln()).unwrap_or(Duration::MAX)
+}
+
+/// The fade timeline catches up with the clock one sojourn at a time; after this many in one
+/// call (a long idle gap, or tiny means) it jumps instead (see [`Link::fade_is_bad`]).
+const MAX_FADE_STEPS: u32 = 10_000;
+
+/// Mixed into the link's key to derive the fade timeline's generator, so that the timeline
+/// neither consumes nor shares the link's own draws.
+const FADE_KEY: &[u8; 32] = b"tern-sim link fade timeline v1.0";
 
 /// One direction of a link. See the [module docs](self).
 #[derive(Clone, Debug)]
@@ -445,6 +603,12 @@ pub struct Link {
     last_arrival: Option<Instant>,
     /// Gilbert–Elliott state.
     in_bad_state: bool,
+    /// The fade timeline's own generator (derived from the link's seed).
+    fade_rng: ChaCha8Rng,
+    /// Fade state, valid until `fade_until` (time since epoch); `None`: the timeline has not
+    /// started.
+    fade_bad: bool,
+    fade_until: Option<Duration>,
     stats: LinkStats,
     queue_trace: Option<Vec<(Duration, usize)>>,
 }
@@ -460,6 +624,12 @@ impl Link {
 
     /// A link drawing from the given generator (the simulator passes one stream per link).
     pub fn with_rng(config: LinkConfig, rng: ChaCha8Rng, epoch: Instant) -> Self {
+        let mut key = rng.get_seed();
+        for (k, m) in key.iter_mut().zip(FADE_KEY) {
+            *k ^= m;
+        }
+        let mut fade_rng = ChaCha8Rng::from_seed(key);
+        fade_rng.set_stream(rng.get_stream());
         Self {
             config,
             rng,
@@ -471,6 +641,9 @@ impl Link {
             backlog_bytes: 0,
             last_arrival: None,
             in_bad_state: false,
+            fade_rng,
+            fade_bad: false,
+            fade_until: None,
             stats: LinkStats::default(),
             queue_trace: None,
         }
@@ -502,6 +675,61 @@ impl Link {
     /// Whether the link carries traffic.
     pub fn is_up(&self) -> bool {
         self.up
+    }
+
+    /// Whether a scheduled [`Outage`] darkens the link at `now`.
+    pub fn in_outage(&self, now: Instant) -> bool {
+        self.config
+            .outage
+            .is_some_and(|o| o.is_dark(now.saturating_duration_since(self.epoch)))
+    }
+
+    /// Whether the [`Fade`] timeline is in its bad state at `now` (`false` without a fade).
+    ///
+    /// The timeline is drawn lazily as time is asked about, so ask in time order: a time before
+    /// the last one asked about gets the state of the current sojourn.
+    pub fn fade_is_bad(&mut self, now: Instant) -> bool {
+        let Some(fade) = self.config.fade else {
+            return false;
+        };
+        let (good, bad) = (fade.mean_good.as_secs_f64(), fade.mean_bad.as_secs_f64());
+        if bad <= 0.0 {
+            return false;
+        }
+        if good <= 0.0 {
+            return true;
+        }
+        let t = now.saturating_duration_since(self.epoch);
+        let mut until = match self.fade_until {
+            Some(until) => until,
+            None => {
+                self.fade_bad = false;
+                exponential(&mut self.fade_rng, good)
+            }
+        };
+        let mut steps = 0;
+        while until <= t {
+            if steps == MAX_FADE_STEPS {
+                // Far behind: draw the state at `t` from the chain's transition probability over
+                // the gap, then a fresh sojourn (exact in distribution: sojourns are memoryless).
+                // At `until` the state flips to `!fade_bad`, a fresh sojourn starting there.
+                let gap = (t - until).as_secs_f64();
+                let pi_bad = fade.bad_fraction();
+                let from_bad = if self.fade_bad { 0.0 } else { 1.0 };
+                let decay = (-(1.0 / good + 1.0 / bad) * gap).exp();
+                let p_bad = pi_bad + (from_bad - pi_bad) * decay;
+                self.fade_bad = self.fade_rng.random::<f64>() < p_bad;
+                let mean = if self.fade_bad { bad } else { good };
+                until = t.saturating_add(exponential(&mut self.fade_rng, mean));
+                break;
+            }
+            self.fade_bad = !self.fade_bad;
+            let mean = if self.fade_bad { bad } else { good };
+            until = until.saturating_add(exponential(&mut self.fade_rng, mean));
+            steps += 1;
+        }
+        self.fade_until = Some(until);
+        self.fade_bad
     }
 
     /// Counters so far.
@@ -589,7 +817,9 @@ impl Link {
     /// `deliver` with its arrival time (zero, one or two calls). Arrival times are never before
     /// `now`.
     ///
-    /// Order of the stages: MTU check, drop-tail queue and serialization, loss, duplication,
+    /// Order of the stages: MTU check, outage (dark at `now`: dropped before the queue),
+    /// drop-tail queue and serialization, outage again (dark when serialization ends: dropped
+    /// on the wire), loss model, fade (in the bad state when serialization ends), duplication,
     /// corruption, propagation delay plus jitter (in order) or plus reorder delay.
     pub fn process(
         &mut self,
@@ -605,6 +835,9 @@ impl Link {
         }
         if size > self.config.mtu {
             return self.drop(DropReason::Mtu);
+        }
+        if self.in_outage(now) {
+            return self.drop(DropReason::Outage);
         }
         if let Some(bits) = self.config.ecn_rewrite {
             dgram.ecn = bits;
@@ -643,8 +876,16 @@ impl Link {
                 departure
             }
         };
+        if departure != now && self.in_outage(departure) {
+            return self.drop(DropReason::Outage);
+        }
         if self.lose() {
             return self.drop(DropReason::Loss);
+        }
+        if let Some(fade) = self.config.fade {
+            if self.fade_is_bad(departure) && chance(&mut self.rng, fade.loss_in_bad) {
+                return self.drop(DropReason::Loss);
+            }
         }
         // The copy is taken before corruption: a duplicate is the sender's datagram seen twice.
         let copy = chance(&mut self.rng, self.config.duplicate).then(|| dgram.clone());
@@ -688,6 +929,7 @@ impl Link {
             DropReason::Queue => &mut self.stats.dropped_queue,
             DropReason::Loss => &mut self.stats.dropped_loss,
             DropReason::Down => &mut self.stats.dropped_down,
+            DropReason::Outage => &mut self.stats.dropped_outage,
         };
         *counter += 1;
         Verdict::Dropped(reason)
@@ -775,6 +1017,265 @@ mod tests {
             link.process(dgram(i, size), now, |at, d| out.push((at, d)));
         }
         out
+    }
+
+    /// The verdict of one `size`-byte datagram offered at each `epoch + i·gap`.
+    fn verdicts(link: &mut Link, epoch: Instant, n: u64, gap: Duration) -> Vec<Verdict> {
+        (0..n)
+            .map(|i| {
+                let now = epoch + gap * u32::try_from(i).unwrap();
+                link.process(dgram(i, 100), now, |_, _| {})
+            })
+            .collect()
+    }
+
+    #[test]
+    fn outage_drops_exactly_the_datagrams_inside_its_window() {
+        let epoch = origin();
+        let outage = Outage::once(Duration::from_secs(3), Duration::from_secs(2));
+        let mut link = Link::new(
+            LinkConfig::ideal()
+                .with_delay(Duration::from_millis(20))
+                .with_outage(outage),
+            1,
+            epoch,
+        );
+        // One datagram every millisecond for 10 s: 3000..5000 fall in [3 s, 5 s).
+        let v = verdicts(&mut link, epoch, 10_000, Duration::from_millis(1));
+        for (i, verdict) in v.iter().enumerate() {
+            let expect = if (3_000..5_000).contains(&i) {
+                Verdict::Dropped(DropReason::Outage)
+            } else {
+                Verdict::Delivered
+            };
+            assert_eq!(*verdict, expect, "datagram {i} at {i} ms");
+        }
+        let s = *link.stats();
+        assert_eq!(
+            (s.dropped_outage, s.delivered, s.dropped()),
+            (2_000, 8_000, 2_000)
+        );
+        assert!(!link.in_outage(epoch + Duration::from_nanos(2_999_999_999)));
+        assert!(link.in_outage(epoch + Duration::from_secs(3)));
+        assert!(link.in_outage(epoch + Duration::from_nanos(4_999_999_999)));
+        assert!(!link.in_outage(epoch + Duration::from_secs(5)));
+        assert!(s
+            .to_string()
+            .contains("queue/loss/mtu/down/outage 0/0/0/0/2000"));
+    }
+
+    #[test]
+    fn periodic_outage_recurs() {
+        let epoch = origin();
+        let outage = Outage::periodic(
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Duration::from_secs(1),
+        );
+        let mut link = Link::new(LinkConfig::ideal().with_outage(outage), 1, epoch);
+        // Every 10 ms for 10.5 s: windows [k, k + 0.2 s) for k = 1..=10, 20 datagrams each.
+        let v = verdicts(&mut link, epoch, 1_050, Duration::from_millis(10));
+        for (i, verdict) in v.iter().enumerate() {
+            let ms = i * 10;
+            let dark = ms >= 1_000 && ms % 1_000 < 200;
+            assert_eq!(
+                *verdict == Verdict::Dropped(DropReason::Outage),
+                dark,
+                "datagram at {ms} ms"
+            );
+        }
+        assert_eq!(link.stats().dropped_outage, 10 * 20);
+        // A period not longer than the window: dark from `at` on.
+        let solid = Outage::periodic(
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        assert!(!solid.is_dark(Duration::from_millis(999)));
+        assert!((1..100).all(|k| solid.is_dark(Duration::from_millis(997 * k + 3))));
+        // A zero period means once.
+        let once = Outage::periodic(Duration::ZERO, Duration::from_secs(1), Duration::ZERO);
+        assert!(once.is_dark(Duration::ZERO) && !once.is_dark(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn outage_drops_before_the_queue_and_on_the_wire() {
+        let epoch = origin();
+        let ms = Duration::from_millis;
+        // 1 Mbit/s: 1250 B take 10 ms. Dark during [25 ms, 125 ms).
+        let cfg = LinkConfig::new(1_000_000, ms(5))
+            .with_queue_limit(usize::MAX)
+            .with_outage(Outage::once(ms(25), ms(100)));
+        let mut link = Link::new(cfg, 1, epoch);
+        let mut arrivals = Vec::new();
+        let mut offer = |link: &mut Link, seq: u64, at: Duration| {
+            link.process(dgram(seq, 1250), epoch + at, |t, _| {
+                arrivals.push((seq, t - epoch))
+            })
+        };
+        // Five at once finish serializing at 10, 20, 30, 40, 50 ms: the last three on a dark
+        // wire, after using their capacity.
+        let v: Vec<Verdict> = (0..5)
+            .map(|i| offer(&mut link, i, Duration::ZERO))
+            .collect();
+        let wire = Verdict::Dropped(DropReason::Outage);
+        assert_eq!(
+            v,
+            [Verdict::Delivered, Verdict::Delivered, wire, wire, wire]
+        );
+        assert_eq!(link.queued_bytes(epoch + ms(45)), 1250);
+        // Offered while dark: dropped before the queue, so it takes no capacity.
+        assert_eq!(offer(&mut link, 5, ms(60)), wire);
+        assert_eq!(link.queued_bytes(epoch + ms(60)), 0);
+        // After the outage the transmitter is idle: 10 ms of serialization, 5 ms of delay.
+        assert_eq!(offer(&mut link, 6, ms(125)), Verdict::Delivered);
+        assert_eq!(arrivals, [(0, ms(15)), (1, ms(25)), (6, ms(140))]);
+        assert_eq!(link.stats().dropped_outage, 4);
+    }
+
+    #[test]
+    fn fade_time_in_bad_state_and_loss_rate_match_the_means() {
+        let epoch = origin();
+        let ms = Duration::from_millis;
+        let fade = Fade::new(ms(200), ms(20)).with_loss_in_bad(0.5);
+        assert!((fade.bad_fraction() - 20.0 / 220.0).abs() < 1e-12);
+        assert!((fade.mean_loss() - 10.0 / 220.0).abs() < 1e-12);
+        let mut link = Link::new(
+            LinkConfig::ideal().with_fade(fade),
+            crate::seed_from_env(21),
+            epoch,
+        );
+        // The timeline, sampled every millisecond for 2000 s (about 9000 fades).
+        let n = 2_000_000u32;
+        let states: Vec<bool> = (0..n)
+            .map(|i| link.fade_is_bad(epoch + ms(1) * i))
+            .collect();
+        let bad = states.iter().filter(|&&b| b).count() as f64 / f64::from(n);
+        assert!(
+            (bad - fade.bad_fraction()).abs() < 0.1 * fade.bad_fraction(),
+            "bad {bad}, configured {}",
+            fade.bad_fraction()
+        );
+        // Mean sojourns, from the runs of equal samples (1 ms resolution).
+        let mut runs = [Vec::new(), Vec::new()];
+        let mut len = 0u32;
+        for w in states.windows(2) {
+            len += 1;
+            if w[0] != w[1] {
+                runs[usize::from(w[0])].push(len);
+                len = 0;
+            }
+        }
+        let mean = |r: &Vec<u32>| f64::from(r.iter().sum::<u32>()) / r.len() as f64;
+        let (good_ms, bad_ms) = (mean(&runs[0]), mean(&runs[1]));
+        assert!(runs[1].len() > 8_000, "{} fades", runs[1].len());
+        assert!((good_ms - 200.0).abs() < 20.0, "mean good {good_ms} ms");
+        assert!((bad_ms - 20.0).abs() < 2.0, "mean bad {bad_ms} ms");
+
+        // Loss: a datagram every 5 ms on a link with the same seed and fade.
+        let mut link = Link::new(
+            LinkConfig::ideal().with_fade(fade),
+            crate::seed_from_env(21),
+            epoch,
+        );
+        let count = 400_000u64;
+        verdicts(&mut link, epoch, count, ms(5));
+        let s = *link.stats();
+        let rate = s.dropped_loss as f64 / count as f64;
+        assert_eq!(s.delivered + s.dropped_loss, count);
+        assert!(
+            (rate - fade.mean_loss()).abs() < 0.1 * fade.mean_loss(),
+            "loss {rate}, configured {}",
+            fade.mean_loss()
+        );
+    }
+
+    #[test]
+    fn fade_losses_of_a_sparse_train_are_not_clustered() {
+        let epoch = origin();
+        let ms = Duration::from_millis;
+        // A datagram every 100 ms; fades of 10 ms on average, 5 % of the time.
+        let fade = Fade::new(ms(190), ms(10));
+        let lost = |loss: LossModel, fade: Option<Fade>| -> Vec<bool> {
+            let mut cfg = LinkConfig::ideal().with_loss(loss);
+            cfg.fade = fade;
+            let mut link = Link::new(cfg, crate::seed_from_env(23), epoch);
+            verdicts(&mut link, epoch, 200_000, ms(100))
+                .into_iter()
+                .map(|v| v == Verdict::Dropped(DropReason::Loss))
+                .collect()
+        };
+        let stats = |lost: &[bool]| {
+            let rate = lost.iter().filter(|&&l| l).count() as f64 / lost.len() as f64;
+            let after = lost.windows(2).filter(|w| w[0]).count() as f64;
+            let both = lost.windows(2).filter(|w| w[0] && w[1]).count() as f64;
+            (rate, both / after)
+        };
+        let (rate, conditional) = stats(&lost(LossModel::None, Some(fade)));
+        assert!((rate - 0.05).abs() < 0.005, "fade loss {rate}");
+        // With fades much shorter than the spacing, a loss says (almost) nothing about the next
+        // datagram: P(loss | loss) ≈ P(loss) = π_bad.
+        assert!(
+            (conditional - rate).abs() < 0.015,
+            "fade: P(loss|loss) {conditional}, P(loss) {rate}"
+        );
+        // The per-datagram chain with the same mean loss puts them in bursts.
+        let (ge_rate, ge_conditional) = stats(&lost(LossModel::bursty(0.05, 3.0), None));
+        assert!((ge_rate - 0.05).abs() < 0.005, "GE loss {ge_rate}");
+        assert!(
+            ge_conditional > 10.0 * ge_rate,
+            "GE: P(loss|loss) {ge_conditional}, P(loss) {ge_rate}"
+        );
+    }
+
+    #[test]
+    fn fade_timeline_depends_on_seed_and_time_not_traffic() {
+        let epoch = origin();
+        let ms = Duration::from_millis;
+        let cfg = LinkConfig::ideal().with_fade(Fade::new(ms(50), ms(20)));
+        let mut dense = Link::new(cfg.clone(), 5, epoch);
+        let mut sparse = Link::new(cfg.clone(), 5, epoch);
+        let mut other = Link::new(cfg, 6, epoch);
+        let mut differ = 0;
+        for i in 0..100_000u32 {
+            let dense_bad = dense.fade_is_bad(epoch + ms(1) * i);
+            if i % 97 == 0 {
+                let t = epoch + ms(1) * i;
+                assert_eq!(sparse.fade_is_bad(t), dense_bad, "at {i} ms");
+                differ += usize::from(other.fade_is_bad(t) != dense_bad);
+            }
+        }
+        assert!(
+            differ > 100,
+            "another seed draws another timeline ({differ})"
+        );
+        // Tiny means and a long gap: the timeline jumps instead of walking every sojourn, and
+        // still spends the right share of time in the bad state.
+        let us = Duration::from_micros;
+        let mut link = Link::new(
+            LinkConfig::ideal().with_fade(Fade::new(us(3), us(1))),
+            7,
+            epoch,
+        );
+        let n = 4_000u32;
+        let bad = (0..n)
+            .filter(|&i| link.fade_is_bad(epoch + Duration::from_secs(1) * i))
+            .count() as f64
+            / f64::from(n);
+        assert!((bad - 0.25).abs() < 0.03, "bad {bad}");
+        // Degenerate means: zero bad time never fades, zero good time always does.
+        let mut never = Link::new(
+            LinkConfig::ideal().with_fade(Fade::new(ms(1), ms(0))),
+            1,
+            epoch,
+        );
+        let mut always = Link::new(
+            LinkConfig::ideal().with_fade(Fade::new(ms(0), ms(1))),
+            1,
+            epoch,
+        );
+        assert!(!never.fade_is_bad(epoch + ms(5)));
+        assert!(always.fade_is_bad(epoch + ms(5)));
     }
 
     #[test]
@@ -1089,6 +1590,8 @@ mod tests {
                 duplicate in 0.0f64..0.3,
                 corrupt in 0.0f64..0.3,
                 limit in 1_500usize..200_000,
+                dark in prop::bool::ANY,
+                fading in prop::bool::ANY,
                 packets in prop::collection::vec((0u64..2_000, 1usize..1_600), 1..400),
             ) {
                 let epoch = origin();
@@ -1105,6 +1608,12 @@ mod tests {
                     mtu: 1_500,
                     ecn_mark_bytes: None,
                     ecn_rewrite: None,
+                    outage: dark.then(|| Outage::periodic(
+                        Duration::from_millis(20),
+                        Duration::from_millis(10),
+                        Duration::from_millis(50),
+                    )),
+                    fade: fading.then(|| Fade::new(Duration::from_millis(30), Duration::from_millis(5))),
                 };
                 let mut link = Link::new(cfg, seed, epoch);
                 link.set_queue_trace(true);

@@ -112,14 +112,29 @@ impl Connection {
             .unwrap_or_default()
     }
 
-    /// Makes a path active or standby (used only while no active path works: the handover
-    /// mode). Returns false if the connection has no such path.
+    /// Makes a path active, standby (used only while no active path works: the handover
+    /// mode) or abandoned (never used again); the peer is told, so both ends agree. Returns
+    /// false if the connection has no such path, it was abandoned, or `state` is `Dead`.
     pub fn set_path_state(&self, id: u32, state: crate::PathState) -> bool {
         let mut inner = self.shared.lock();
         let done = inner
             .connection(self.id)
-            .is_some_and(|c| c.set_path_state(id, state));
+            .is_some_and(|c| c.set_path_state(crate::runtime::now(), id, state));
         drop(inner);
+        self.wake_driver();
+        done
+    }
+
+    /// Server: withdraws one of the addresses this endpoint advertised
+    /// (`ConnectionConfig::advertise`), e.g. before that interface goes down: the client
+    /// abandons its paths to it and moves their data elsewhere. Returns false if the address
+    /// was not advertised or was already withdrawn.
+    pub fn remove_address(&self, addr: std::net::SocketAddr) -> bool {
+        let done = self
+            .shared
+            .lock()
+            .connection(self.id)
+            .is_some_and(|c| c.remove_address(addr));
         self.wake_driver();
         done
     }

@@ -371,6 +371,22 @@ impl Endpoint {
         driver::wake_everyone(&self.shared);
     }
 
+    /// Tells every connection that this host's address `old` became `new` (a new lease, a
+    /// new roadside unit; call it once per address when several change at once). Paths
+    /// that sent from `old` send from `new`; the peer follows and revalidates them, and the
+    /// connections keep every byte. A wildcard-bound endpoint whose paths let the host pick
+    /// the source address follows address changes without this call. Returns how many paths
+    /// moved.
+    pub fn local_ip_changed(&self, old: std::net::IpAddr, new: std::net::IpAddr) -> usize {
+        let moved = self
+            .shared
+            .lock()
+            .proto
+            .local_ip_changed(runtime::now(), old, new);
+        self.shared.wake.notify_one();
+        moved
+    }
+
     /// Connections alive on this endpoint.
     pub fn connection_count(&self) -> usize {
         self.shared.lock().proto.connection_count()

@@ -759,3 +759,99 @@ async fn multipath_over_real_sockets_opens_and_uses_a_second_path() {
         .iter()
         .any(|p| p.remote.ip() == std::net::IpAddr::from([127, 0, 0, 2])));
 }
+
+/// The client's socket with a switch that cuts one of its interfaces: once `cut` is set,
+/// every datagram that would leave from `interface` is dropped (the uplink of that path
+/// is gone, as when a vehicle drives out of a Wi-Fi cell).
+#[derive(Debug)]
+struct CuttableSocket {
+    inner: tern::socket::UdpSocket,
+    interface: std::net::IpAddr,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tern::socket::AsyncUdpSocket for CuttableSocket {
+    fn poll_send(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        t: &tern::socket::Transmit<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.cut.load(std::sync::atomic::Ordering::Relaxed) && t.src_ip == Some(self.interface) {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        self.inner.poll_send(cx, t)
+    }
+
+    fn poll_recv(
+        &self,
+        cx: &mut std::task::Context<'_>,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        meta: &mut [tern::socket::RecvMeta],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.inner.poll_recv(cx, bufs, meta)
+    }
+
+    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+#[tokio::test]
+async fn a_two_path_transfer_survives_losing_a_path_midway() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let second: std::net::IpAddr = [127, 0, 0, 2].into();
+    let server = server();
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let inner = tern::socket::UdpSocket::bind("0.0.0.0:0".parse().unwrap()).unwrap();
+    let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .async_socket(CuttableSocket {
+            inner,
+            interface: second,
+            cut: cut.clone(),
+        })
+        .configure(|c| c.connection.local_ips = vec![second])
+        .build()
+        .unwrap();
+    let key = server.public_key();
+    let addr = server.local_addr().unwrap();
+    let mut payload = vec![0u8; 12 << 20];
+    rand_chacha::ChaCha8Rng::seed_from_u64(9).fill_bytes(&mut payload);
+    let expected = payload.clone();
+    let cutter = cut.clone();
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        let mut flow = conn.accept_uni().await.unwrap();
+        let mut data = Vec::new();
+        while let Some(chunk) = flow.read_chunk(1 << 20).await.unwrap() {
+            data.extend_from_slice(&chunk);
+            if data.len() >= 3 << 20 {
+                // A quarter through: the client's second interface goes dark.
+                cutter.store(true, Relaxed);
+            }
+        }
+        data
+    });
+    let conn = client.connect(addr, Some(key)).await.unwrap();
+    let mut events = conn.events();
+    let mut flow = conn.open_uni().await.unwrap();
+    flow.write_all(&payload).await.unwrap();
+    flow.finish().unwrap();
+    flow.finished().await.unwrap();
+    let paths = conn.paths();
+    let stats = conn.stats();
+    conn.close(0, b"done");
+    assert!(srv.await.unwrap() == expected, "every byte, in order");
+    assert!(cut.load(Relaxed));
+    assert_eq!(paths.len(), 2, "{paths:#?}");
+    let cut_path = paths.iter().find(|p| p.local == Some(second)).unwrap();
+    assert_eq!(cut_path.state, tern::PathState::Dead, "{paths:#?}");
+    assert!(stats.packets_rerouted > 0, "its data moved: {stats:?}");
+    // The application saw it happen.
+    let mut saw_dead = false;
+    while let Ok(Some(e)) =
+        tokio::time::timeout(std::time::Duration::from_millis(50), events.next()).await
+    {
+        saw_dead |= matches!(e, tern::Event::PathDead { id } if id == cut_path.id);
+    }
+    assert!(saw_dead, "a PathDead event");
+}

@@ -118,6 +118,14 @@ pub struct Connection {
     pub(crate) peer_addresses: Vec<(u64, SocketAddr)>,
     /// Our `advertise` list must be (re)sent to the peer.
     pub(crate) advertise_pending: bool,
+    /// Addresses the peer withdrew (RemoveAddress): never opened again.
+    pub(crate) removed_peer_addresses: Vec<SocketAddr>,
+    /// Server: sequence numbers of our advertised addresses we withdrew.
+    pub(crate) withdrawn: Vec<u64>,
+    /// Server: RemoveAddress frames to (re)send.
+    pub(crate) remove_pending: Vec<u64>,
+    /// Redundant copies of data packets waiting for their path (see `send.rs`).
+    pub(crate) copies: VecDeque<send::PendingCopy>,
     /// The client opened its paths (done once, when the handshake completes, and again for
     /// each address the peer advertises later).
     pub(crate) paths_opened: bool,
@@ -195,6 +203,10 @@ impl Connection {
             scheduler: config.scheduler.build(),
             peer_addresses: Vec::new(),
             advertise_pending: side == Side::Server && !config.advertise.is_empty(),
+            removed_peer_addresses: Vec::new(),
+            withdrawn: Vec::new(),
+            remove_pending: Vec::new(),
+            copies: VecDeque::new(),
             paths_opened: false,
             path_rng: rand::SeedableRng::seed_from_u64(0),
             write_blocked: Vec::new(),
@@ -235,8 +247,8 @@ impl Connection {
         self.paths
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.usable() && p.state == crate::path::PathState::Active)
-            .min_by_key(|(i, p)| (p.rank_rtt(), *i))
+            .filter(|(_, p)| p.usable())
+            .min_by_key(|(i, p)| (p.state != crate::path::PathState::Active, p.rank_rtt(), *i))
             .map_or(0, |(i, _)| i)
     }
 
@@ -741,6 +753,7 @@ impl Connection {
             let sendable = self.has_sendable_data();
             for path in &self.paths {
                 consider(self.loss_timer(path));
+                consider(self.challenge_timer(path));
                 // Timers that only lead to sending are not armed while nothing may be sent
                 // (the anti-amplification limit), or they would fire again and again at once.
                 if path.amplification_budget() >= MIN_PACKET_BUDGET {
@@ -772,6 +785,18 @@ impl Connection {
             .max()
             .unwrap_or(created);
         Some(last + interval)
+    }
+
+    /// When an unanswered challenge on a path is sent again (or, after the last, the path
+    /// given up): a probe timeout after it left, doubling with each one.
+    fn challenge_timer(&self, path: &Path) -> Option<Instant> {
+        if path.validated || path.challenge.is_none() || path.challenge_pending {
+            return None;
+        }
+        let sent = path.challenge_sent_at?;
+        let backoff = 1u32 << path.challenges_sent.saturating_sub(1).min(10);
+        let pto = (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff;
+        Some(sent + pto.min(self.max_probe_interval(path)))
     }
 
     /// Loss-detection timer of a path: time threshold or probe timeout (RFC 9002 §6.2).
@@ -832,6 +857,12 @@ impl Connection {
         for i in 0..self.paths.len() {
             if self.loss_timer(&self.paths[i]).is_some_and(|t| now >= t) {
                 self.on_loss_timer(now, i);
+            }
+            if self
+                .challenge_timer(&self.paths[i])
+                .is_some_and(|t| now >= t)
+            {
+                self.on_challenge_unanswered(i);
             }
         }
         if self.keep_alive_at().is_some_and(|t| now >= t) {
@@ -942,6 +973,7 @@ impl Connection {
             || self.flows.max_flows_pending.iter().any(|p| *p)
             || self.handshake_done_pending
             || self.advertise_pending
+            || !self.remove_pending.is_empty()
             || self.paths.iter().any(|p| p.status_pending)
     }
 }

@@ -133,6 +133,16 @@ impl Connection {
         Some(index)
     }
 
+    /// Server: a copy of the client's Initial arrived from `remote`. If the handshake is not
+    /// confirmed and the address is new, the client moved before it heard our answer: the
+    /// handshake's path follows it (revalidated, within the 3× limit), so the answer reaches
+    /// the client instead of timing out at its old address.
+    pub(crate) fn on_initial_from(&mut self, now: Instant, remote: SocketAddr) {
+        if self.side == Side::Server && !self.confirmed && self.paths[0].remote != remote {
+            self.on_peer_address_changed(now, 0, remote);
+        }
+    }
+
     /// The peer now sends from another address on this path. The path follows it but sends
     /// at most 3× what it receives there until the new address answers a challenge, so a
     /// spoofed source address cannot turn the connection into an amplifier. A new IP address
@@ -185,6 +195,25 @@ impl Connection {
         self.events.push_back(Event::PathValidated { id });
     }
 
+    /// No response to the path's challenge a probe timeout after it left (the challenge or
+    /// its response was lost, even if the packet that carried the challenge was
+    /// acknowledged): another challenge; after `MAX_CHALLENGES` the path also counts as dead.
+    pub(crate) fn on_challenge_unanswered(&mut self, index: usize) {
+        let path = &mut self.paths[index];
+        path.challenge_sent_at = None;
+        if path.abandoned() {
+            return;
+        }
+        // Challenged again, backing off to the probe interval, however long it stays silent:
+        // after a few tries it counts as dead, but it may be the path that comes back.
+        path.challenge_pending = true;
+        if path.challenges_sent >= MAX_CHALLENGES && path.state != PathState::Dead {
+            path.state = PathState::Dead;
+            let id = path.id;
+            self.events.push_back(Event::PathDead { id });
+        }
+    }
+
     /// A packet on this path was acknowledged: a dead path is alive again.
     pub(crate) fn on_path_answered(&mut self, index: usize) {
         let path = &mut self.paths[index];
@@ -202,19 +231,23 @@ impl Connection {
     /// that never answered its challenges is given up the same way.
     pub(crate) fn on_path_silent(&mut self, now: Instant, index: usize) -> bool {
         let path = &mut self.paths[index];
+        if path.abandoned() {
+            path.probes = 0;
+            path.sent.abandon(now, &path.rtt);
+            return true;
+        }
         if !path.validated && path.challenge.is_some() {
             // The challenge (or its answer) was lost: the next challenge is the probe, until
             // the path is given up.
             path.probes = 0;
             path.sent.abandon(now, &path.rtt);
-            if path.challenges_sent >= MAX_CHALLENGES {
-                if path.state != PathState::Dead {
-                    path.state = PathState::Dead;
-                    let id = path.id;
-                    self.events.push_back(Event::PathDead { id });
-                }
-            } else {
-                path.challenge_pending = true;
+            // A path that never answered is dead after a few challenges, but still challenged
+            // (backing off to the probe interval): it may be the one that comes back.
+            path.challenge_pending = true;
+            if path.challenges_sent >= MAX_CHALLENGES && path.state != PathState::Dead {
+                path.state = PathState::Dead;
+                let id = path.id;
+                self.events.push_back(Event::PathDead { id });
             }
             return true;
         }
@@ -234,17 +267,75 @@ impl Connection {
             tracing::debug!(id, moved = moved.len(), "path dead");
             self.events.push_back(Event::PathDead { id });
         }
-        self.stats.packets_rerouted += moved.len() as u64;
+        self.stats.packets_rerouted += moved.iter().filter(|(_, p)| !p.copy).count() as u64;
         for (_, p) in moved {
-            self.requeue(&p.frames, false);
+            if !p.copy {
+                self.requeue(&p.frames, false);
+            }
         }
         // The probes owed on it ask whether it is back (Pings: its data went elsewhere).
         true
     }
 
+    /// One of our own addresses changed (a new lease, a new roadside unit; every address may
+    /// change at once): the paths that used `old` now send from `new`. Their RTT and
+    /// congestion state start afresh (a new address is a new network path); the peer sees
+    /// the new address, follows it and revalidates it (§5.4). Returns how many paths moved.
+    pub fn local_ip_changed(&mut self, now: Instant, old: IpAddr, new: IpAddr) -> usize {
+        let config = self.config.clone();
+        let mut moved = 0;
+        let mut requeue = Vec::new();
+        for path in &mut self.paths {
+            if path.local != Some(old) && path.source != Some(old) {
+                continue;
+            }
+            if path.source == Some(old) {
+                path.source = Some(new);
+            }
+            path.local = Some(new);
+            let fresh = Path::new(
+                now,
+                path.id,
+                path.remote,
+                path.mtu,
+                &config,
+                config.congestion.as_ref(),
+            );
+            path.rtt = fresh.rtt;
+            path.cc = fresh.cc;
+            path.pacer = fresh.pacer;
+            path.ecn = fresh.ecn;
+            path.pacing_until = None;
+            if path.state == PathState::Dead {
+                path.state = path.wanted;
+            }
+            // What was in flight from the old address will not be acknowledged soon: send
+            // it again now rather than after a probe timeout.
+            let lost = path.sent.abandon(now, &path.rtt);
+            let frames: Vec<_> = lost
+                .into_iter()
+                .filter(|(_, p)| !p.copy)
+                .flat_map(|(_, p)| p.frames)
+                .collect();
+            self.stats.packets_rerouted += u64::from(!frames.is_empty());
+            moved += 1;
+            tracing::debug!(id = path.id, %old, %new, "local address changed");
+            requeue.extend(frames);
+        }
+        self.requeue(&requeue, false);
+        // Pairs from the new address that have no path yet (a client with more addresses).
+        if self.paths_opened {
+            self.open_paths(now);
+        }
+        moved
+    }
+
     /// The peer advertised an address (AddAddress).
     pub(crate) fn on_add_address(&mut self, now: Instant, seq: u64, addr: SocketAddr) {
-        if self.peer_addresses.iter().any(|(s, _)| *s == seq) || self.peer_addresses.len() >= 16 {
+        if self.peer_addresses.iter().any(|(s, _)| *s == seq)
+            || self.peer_addresses.len() >= 16
+            || self.removed_peer_addresses.contains(&addr)
+        {
             return;
         }
         self.peer_addresses.push((seq, addr));
@@ -254,19 +345,123 @@ impl Connection {
     }
 
     /// The application's choice for a path: active, or standby (used only while no active
-    /// path works). Returns false if there is no such path.
-    pub fn set_path_state(&mut self, id: u32, state: PathState) -> bool {
+    /// path works), or abandoned (never used again). The peer is told (PathStatus, §9.30), so
+    /// both ends use the path alike. Returns false if there is no such path, it is already
+    /// abandoned, or `state` is `Dead` (which only the path's silence decides).
+    pub fn set_path_state(&mut self, now: Instant, id: u32, state: PathState) -> bool {
         let Some(i) = self.path_index(id) else {
             return false;
         };
-        let path = &mut self.paths[i];
-        if state == PathState::Dead {
+        if state == PathState::Dead || self.paths[i].abandoned() {
             return false;
         }
-        path.wanted = state;
-        if path.state != PathState::Dead {
-            path.state = state;
+        self.apply_path_state(now, i, state, false);
+        let path = &mut self.paths[i];
+        path.status_sequence += 1;
+        path.status_pending = true;
+        true
+    }
+
+    /// Puts path `index` in `state` (active, standby or abandoned) at the application's or
+    /// the peer's request.
+    fn apply_path_state(&mut self, now: Instant, index: usize, state: PathState, by_peer: bool) {
+        let path = &mut self.paths[index];
+        let id = path.id;
+        if path.state == state && path.wanted == state {
+            return;
         }
+        if state == PathState::Abandoned {
+            path.state = PathState::Abandoned;
+            path.wanted = PathState::Abandoned;
+            path.probes = 0;
+            path.challenge = None;
+            path.challenge_pending = false;
+            path.pacing_until = None;
+            let moved = path.sent.abandon(now, &path.rtt);
+            self.stats.packets_rerouted += moved.iter().filter(|(_, p)| !p.copy).count() as u64;
+            for (_, p) in moved {
+                if !p.copy {
+                    self.requeue(&p.frames, false);
+                }
+            }
+        } else {
+            path.wanted = state;
+            if path.state != PathState::Dead {
+                path.state = state;
+            }
+        }
+        tracing::debug!(id, ?state, by_peer, "path state");
+        self.events
+            .push_back(Event::PathStateChanged { id, state, by_peer });
+    }
+
+    /// The peer's PathStatus (§9.30). A status for a path we do not hold (yet) is ignored;
+    /// so is one older than the last we applied. The last path that may carry data is never
+    /// abandoned at the peer's word alone: the connection would have nowhere to send.
+    pub(crate) fn on_path_status(
+        &mut self,
+        now: Instant,
+        id: u32,
+        sequence: u64,
+        status: crate::wire::PathStatusCode,
+    ) {
+        use crate::wire::PathStatusCode;
+        let Some(i) = self.path_index(id) else {
+            return;
+        };
+        let path = &mut self.paths[i];
+        if sequence <= path.peer_status_sequence || path.abandoned() {
+            return;
+        }
+        path.peer_status_sequence = sequence;
+        let state = match status {
+            PathStatusCode::Active => PathState::Active,
+            PathStatusCode::Standby => PathState::Standby,
+            PathStatusCode::Abandoned => PathState::Abandoned,
+        };
+        if state == PathState::Abandoned && !self.has_other_path(i) {
+            return;
+        }
+        self.apply_path_state(now, i, state, true);
+    }
+
+    /// Whether a path other than `index` is not abandoned.
+    fn has_other_path(&self, index: usize) -> bool {
+        self.paths
+            .iter()
+            .enumerate()
+            .any(|(j, p)| j != index && !p.abandoned())
+    }
+
+    /// The peer withdrew an address it advertised (RemoveAddress): the paths to it are
+    /// abandoned (each keeps going if it is the last).
+    pub(crate) fn on_remove_address(&mut self, now: Instant, seq: u64) {
+        let Some(pos) = self.peer_addresses.iter().position(|(s, _)| *s == seq) else {
+            return;
+        };
+        let (_, addr) = self.peer_addresses.remove(pos);
+        self.removed_peer_addresses.push(addr);
+        for i in 0..self.paths.len() {
+            if self.paths[i].remote == addr && !self.paths[i].abandoned() && self.has_other_path(i)
+            {
+                self.apply_path_state(now, i, PathState::Abandoned, true);
+            }
+        }
+    }
+
+    /// Server: withdraws one of the addresses it advertised (`ConnectionConfig::advertise`),
+    /// e.g. before the interface goes down. The client abandons its paths to it. Returns
+    /// false if the address was not advertised on this connection (or already withdrawn).
+    pub fn remove_address(&mut self, addr: SocketAddr) -> bool {
+        let Some(seq) = self.config.advertise.iter().position(|a| *a == addr) else {
+            return false;
+        };
+        let seq = seq as u64;
+        if self.side != Side::Server || self.withdrawn.contains(&seq) {
+            return false;
+        }
+        self.withdrawn.push(seq);
+        self.remove_pending.push(seq);
         true
     }
 }

@@ -70,6 +70,7 @@ impl Connection {
                 .push_back(Event::SecurityViolation(Violation::Authentication));
             return;
         };
+        let handshake_address = self.paths[0].remote;
         let Some(index) = self.path_for_packet(now, u32::from(header.path_id), remote, local)
         else {
             return;
@@ -79,10 +80,11 @@ impl Connection {
         path.bytes_received += datagram_len;
         // Every authenticated packet keeps the connection alive. On the first path during
         // the handshake it also proves the client's address (only the holder of the keys,
-        // which came back to that address, could send it); any other path is validated by
-        // a challenge.
+        // which came back to that address, could send it) — if it came from that address: a
+        // copy sent from elsewhere proves nothing. Any other path is validated by a challenge.
         self.restart_idle_timer(now);
-        if index == 0 && self.side == Side::Server && !self.confirmed {
+        if index == 0 && self.side == Side::Server && !self.confirmed && remote == handshake_address
+        {
             self.on_address_validated();
         }
         if self.side == Side::Client && !self.confirmed {
@@ -343,6 +345,14 @@ impl Connection {
             Frame::AddAddress { seq, addr } if self.side == Side::Client => {
                 self.on_add_address(now, seq, addr);
             }
+            Frame::RemoveAddress { seq } if self.side == Side::Client => {
+                self.on_remove_address(now, seq);
+            }
+            Frame::PathStatus {
+                path_id,
+                sequence,
+                status,
+            } => self.on_path_status(now, path_id, sequence, status),
             Frame::Close {
                 application,
                 error_code,

@@ -31,6 +31,22 @@ const FLOW_FRAME_OVERHEAD: usize = 1 + 8 + 8 + 4;
 /// amplification limit allows), so that validating a path also proves it carries them.
 const PATH_PROBE_SIZE: usize = 1200;
 
+/// Most redundant copies waiting for their paths; the oldest are dropped beyond (a copy that
+/// waits long has lost its point: the original has arrived or been resent).
+const MAX_PENDING_COPIES: usize = 64;
+
+/// A copy of a data packet's frames for another path (redundant scheduling, or a message at
+/// or above `ConnectionConfig::redundant_priority`).
+#[derive(Debug)]
+pub(crate) struct PendingCopy {
+    /// Index of the path it goes on.
+    pub(crate) path: usize,
+    /// The frames, encoded (each carries its own length).
+    pub(crate) payload: Vec<u8>,
+    /// What they are, for acknowledgement.
+    pub(crate) frames: crate::recovery::SentFrames,
+}
+
 /// What a packet being built is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Purpose {
@@ -42,6 +58,8 @@ enum Purpose {
     Data,
     /// ACKs only.
     Acks,
+    /// A redundant copy of data sent on another path.
+    Copy,
 }
 
 impl Connection {
@@ -68,7 +86,7 @@ impl Connection {
                     }
                 }
                 let index = self.primary();
-                let (size, ecn) = self.build_packet(now, buf, index, Purpose::Close)?;
+                let (size, ecn) = self.build_packet(now, buf, index, Purpose::Close, None)?;
                 return Some(self.sent_datagram(index, size, ecn));
             }
             State::Handshake(_) | State::Drained => return None,
@@ -82,27 +100,37 @@ impl Connection {
         for index in 0..self.paths.len() {
             let p = &self.paths[index];
             if p.challenge_pending || !p.responses.is_empty() || p.probes > 0 {
-                if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::PathWork) {
+                if let Some((size, ecn)) =
+                    self.build_packet(now, buf, index, Purpose::PathWork, None)
+                {
                     return Some(self.sent_datagram(index, size, ecn));
                 }
             }
         }
-        // 2. Data, on the path the scheduler picks among those with room.
+        // 2. Redundant copies of data already sent on another path, where there is room.
+        if let Some(k) = (0..self.copies.len()).find(|&k| self.copy_fits(now, k)) {
+            let copy = self.copies.remove(k);
+            let index = copy.as_ref().map_or(0, |c| c.path);
+            if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Copy, copy) {
+                return Some(self.sent_datagram(index, size, ecn));
+            }
+        }
+        // 3. Data, on the path the scheduler picks among those with room.
         if self.has_sendable_data() {
             if let Some(index) = self.schedule(now) {
-                if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data) {
+                if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
                     return Some(self.sent_datagram(index, size, ecn));
                 }
             }
         }
-        // 3. ACKs due on any path, on the primary path (they name the path they acknowledge).
+        // 4. ACKs due on any path, on the primary path (they name the path they acknowledge).
         if self
             .paths
             .iter()
             .any(|p| p.acks.wants_ack(now) || !p.acks.nack.is_empty())
         {
-            let index = self.ack_path();
-            let (size, ecn) = self.build_packet(now, buf, index, Purpose::Acks)?;
+            let index = self.ack_path(now);
+            let (size, ecn) = self.build_packet(now, buf, index, Purpose::Acks, None)?;
             return Some(self.sent_datagram(index, size, ecn));
         }
         None
@@ -121,12 +149,12 @@ impl Connection {
         }
     }
 
-    /// The path for the next data packet: the scheduler's pick among the paths that could
-    /// send a full packet now. Standby paths are offered only when no active path is usable;
-    /// a path still being validated only when no path is (the peer moved: its new address is
-    /// used within the 3× amplification limit until it answers).
+    /// The path for the next data packet: the scheduler's pick among the paths that may carry
+    /// data, told which have room now. Standby paths are offered only when no active path is
+    /// usable; a path still being validated only when no path is (the peer moved: its new
+    /// address is used within the 3× amplification limit until it answers).
     fn schedule(&mut self, now: Instant) -> Option<usize> {
-        use crate::path::scheduler::Candidate;
+        use crate::path::scheduler::{Candidate, Context};
         use crate::path::PathState;
         let any_active = self
             .paths
@@ -141,34 +169,113 @@ impl Connection {
             .sum();
         let mut candidates = [Candidate {
             index: 0,
+            ready: false,
             rtt: Duration::ZERO,
             cwnd: 0,
             in_flight: 0,
+            last_ack: None,
         }; crate::path::MAX_PATHS];
         let mut count = 0;
+        let mut any_ready = false;
         for index in 0..self.paths.len() {
             let p = &self.paths[index];
             let eligible = if any_usable {
                 p.usable() && (p.state == PathState::Active || !any_active)
             } else {
-                p.state != PathState::Dead && p.challenge.is_some()
+                p.state != PathState::Dead && !p.abandoned() && p.challenge.is_some()
             };
-            if !eligible || !self.can_send_data(now, index, total_cwnd) {
+            if !eligible {
                 continue;
             }
+            let ready = self.can_send_data(now, index, total_cwnd);
+            any_ready |= ready;
             let p = &self.paths[index];
             candidates[count] = Candidate {
                 index,
+                ready,
                 rtt: p.rank_rtt(),
                 cwnd: p.cc.window(),
                 in_flight: p.sent.bytes_in_flight,
+                last_ack: p.last_ack,
             };
             count += 1;
             if count == candidates.len() {
                 break;
             }
         }
-        (count > 0).then(|| self.scheduler.pick(&candidates[..count]))
+        if !any_ready {
+            return None;
+        }
+        let ctx = Context {
+            deadline: if self.config.scheduler == crate::SchedulerKind::Deadline {
+                self.messages_out
+                    .waiting_urgency()
+                    .0
+                    .map(|d| d.saturating_duration_since(now))
+            } else {
+                None
+            },
+            packet_size: u64::from(self.paths[candidates[0].index].mtu),
+        };
+        let pick = self.scheduler.pick(&candidates[..count], &ctx)?;
+        // A scheduler returns one of the ready paths it was offered; anything else is a bug in
+        // a user-supplied scheduler, answered by sending nothing rather than breaking a limit.
+        candidates[..count]
+            .iter()
+            .any(|c| c.index == pick && c.ready)
+            .then_some(pick)
+    }
+
+    /// Whether the pending copy `k` can go now: its path still carries data and has window
+    /// and pacer room for it.
+    fn copy_fits(&mut self, now: Instant, k: usize) -> bool {
+        let copy = &self.copies[k];
+        let Some(path) = self.paths.get_mut(copy.path) else {
+            return false;
+        };
+        let size = (copy.payload.len() + 64) as u64;
+        if !path.usable() || path.cwnd_room() < size || path.amplification_budget() < size {
+            return false;
+        }
+        let rate = path.cc.pacing_rate(&path.rtt);
+        match path.pacer.delay(
+            now,
+            size,
+            path.cc.window(),
+            rate,
+            path.rtt.smoothed(),
+            path.mtu,
+        ) {
+            Some(at) if at > now => {
+                path.pacing_until = Some(at);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// After a data packet on path `index`: queues a copy of its message and flow frames
+    /// (`payload`, `frames`) for every other active path.
+    fn queue_copies(&mut self, index: usize, payload: &[u8], frames: &[SentFrame]) {
+        use crate::path::PathState;
+        if payload.is_empty() {
+            return;
+        }
+        for j in 0..self.paths.len() {
+            let p = &self.paths[j];
+            if j == index || !p.usable() || p.state != PathState::Active {
+                continue;
+            }
+            if self.copies.len() >= MAX_PENDING_COPIES {
+                self.copies.pop_front();
+                self.stats.copies_dropped += 1;
+            }
+            self.copies.push_back(PendingCopy {
+                path: j,
+                payload: payload.to_vec(),
+                frames: frames.iter().copied().collect(),
+            });
+        }
     }
 
     /// Whether path `index` has room for a full data packet now: amplification budget,
@@ -208,8 +315,20 @@ impl Connection {
         true
     }
 
-    /// The path an ACK-only packet takes: the primary one, or any with amplification budget.
-    fn ack_path(&self) -> usize {
+    /// The path an ACK-only packet takes: the path whose packets it acknowledges, so that a
+    /// path broken in either direction shows as that path's silence and never hides the
+    /// other paths' acknowledgements (ACKs on data packets still cover every path). When that
+    /// path cannot send (abandoned, or out of amplification budget): the primary one, or any
+    /// with budget.
+    fn ack_path(&self, now: Instant) -> usize {
+        let own = self.paths.iter().position(|p| {
+            (p.acks.wants_ack(now) || !p.acks.nack.is_empty())
+                && !p.abandoned()
+                && p.amplification_budget() >= super::MIN_PACKET_BUDGET
+        });
+        if let Some(i) = own {
+            return i;
+        }
         let primary = self.primary();
         if self.paths[primary].amplification_budget() >= super::MIN_PACKET_BUDGET {
             return primary;
@@ -228,6 +347,7 @@ impl Connection {
         buf: &mut Vec<u8>,
         index: usize,
         purpose: Purpose,
+        copy: Option<PendingCopy>,
     ) -> Option<(usize, Option<EcnCodepoint>)> {
         let close_only = purpose == Purpose::Close;
         let path = &self.paths[index];
@@ -246,7 +366,7 @@ impl Connection {
         let data_allowed = match purpose {
             Purpose::Data => true,
             Purpose::PathWork => probing && path.usable() && self.has_sendable_data(),
-            Purpose::Close | Purpose::Acks => false,
+            Purpose::Close | Purpose::Acks | Purpose::Copy => false,
         };
         let path_id = path.id;
         let start = buf.len();
@@ -287,6 +407,7 @@ impl Connection {
                     frames.push(SentFrame::PathChallenge(path_id));
                     path.challenge_pending = false;
                     path.challenges_sent += 1;
+                    path.challenge_sent_at = Some(now);
                     ack_eliciting = true;
                     pad_to = PATH_PROBE_SIZE;
                 }
@@ -296,9 +417,18 @@ impl Connection {
                     pad_to = PATH_PROBE_SIZE;
                 }
             }
+            let copy_len = copy.as_ref().map_or(0, |c| c.payload.len());
             if wants_ack || data_allowed {
-                let room = max_payload.saturating_sub(buf.len() - payload_start);
+                let room = max_payload.saturating_sub(buf.len() - payload_start + copy_len);
                 self.write_acks(now, buf, room, &mut frames);
+            }
+            if let Some(copy) =
+                copy.filter(|c| buf.len() - payload_start + c.payload.len() <= max_payload)
+            {
+                buf.extend_from_slice(&copy.payload);
+                frames.extend(copy.frames.iter().copied());
+                self.stats.bytes_redundant += copy.payload.len() as u64;
+                ack_eliciting = true;
             }
             if data_allowed {
                 let limit = payload_start + max_payload;
@@ -306,10 +436,19 @@ impl Connection {
                 if self.data_allowed_by_window() {
                     ack_eliciting |= self.write_datagrams(buf, limit);
                     let before = frames.len();
-                    self.write_message_frames(now, index, buf, limit, &mut frames);
+                    let data_start = buf.len();
+                    let top = self.write_message_frames(now, index, buf, limit, &mut frames);
                     let room = limit.saturating_sub(buf.len());
                     self.write_flow_frames(buf, room, &mut frames);
                     ack_eliciting |= frames.len() > before;
+                    let urgent = top.is_some_and(|p| {
+                        self.config.redundant_priority.is_some_and(|min| p >= min)
+                    });
+                    if (urgent || self.scheduler.duplicates()) && frames.len() > before {
+                        let payload = buf[data_start..].to_vec();
+                        let sent: Vec<SentFrame> = frames[before..].to_vec();
+                        self.queue_copies(index, &payload, &sent);
+                    }
                 }
                 if self.ping_pending {
                     Frame::Ping.encode(buf);
@@ -386,6 +525,7 @@ impl Connection {
                 in_flight,
                 app_limited,
                 ecn: ecn.is_some(),
+                copy: purpose == Purpose::Copy,
                 overtaken: None,
                 frames,
             },
@@ -526,6 +666,30 @@ impl Connection {
             frames.push(SentFrame::MessageSkip(id, credit));
         }
         for path in &mut self.paths {
+            if path.status_pending && room(buf) {
+                let status = match path.wanted {
+                    crate::path::PathState::Standby => wire::PathStatusCode::Standby,
+                    crate::path::PathState::Abandoned => wire::PathStatusCode::Abandoned,
+                    _ => wire::PathStatusCode::Active,
+                };
+                Frame::PathStatus {
+                    path_id: path.id,
+                    sequence: path.status_sequence,
+                    status,
+                }
+                .encode(buf);
+                frames.push(SentFrame::PathStatus(path.id));
+                path.status_pending = false;
+            }
+        }
+        while room(buf) {
+            let Some(seq) = self.remove_pending.pop() else {
+                break;
+            };
+            Frame::RemoveAddress { seq }.encode(buf);
+            frames.push(SentFrame::RemoveAddress(seq));
+        }
+        for path in &mut self.paths {
             let request = &mut path.ack_request;
             if request.pending && room(buf) {
                 Frame::AckFrequency {
@@ -613,11 +777,12 @@ impl Connection {
         buf: &mut Vec<u8>,
         limit: usize,
         frames: &mut crate::recovery::SentFrames,
-    ) {
+    ) -> Option<u8> {
         // Frame overhead: type, ID, flags, priority, lengths, offset, deadline, reply-to.
         const OVERHEAD: usize = 1 + 8 + 2 + 8 + 8 + 8 + 8 + 4;
         // The path does not change while one packet is built.
         let path = self.paths[index].message_estimate();
+        let mut top = None;
         while limit.saturating_sub(buf.len()) > OVERHEAD {
             let max = (limit - buf.len() - OVERHEAD) as u64;
             let credit = self.flows.conn_credit();
@@ -647,8 +812,10 @@ impl Connection {
                 offset: f.offset,
                 len: f.data.len() as u32,
             });
+            top = top.max(Some(f.priority));
         }
         self.report_hopeless_messages();
+        top
     }
 
     /// Flow frames (resets, stop requests, data) round-robin over ready flows, so that one
@@ -737,6 +904,7 @@ impl Connection {
         }
         // The path answers: probes still owed from a timeout are no longer needed.
         self.paths[path_id].probes = 0;
+        self.paths[path_id].last_ack = Some(now);
         for (_, p) in &acked {
             let path = &mut self.paths[path_id];
             if p.in_flight {
@@ -815,7 +983,9 @@ impl Connection {
                 first_time = Some(first_time.map_or(p.time, |t| t.min(p.time)));
                 last_time = Some(last_time.map_or(p.time, |t| t.max(p.time)));
             }
-            self.requeue(&p.frames, false);
+            if !p.copy {
+                self.requeue(&p.frames, false);
+            }
         }
         let path = &mut self.paths[path_id];
         let mut reduced = false;
@@ -899,6 +1069,17 @@ impl Connection {
                     }
                 }
                 SentFrame::AddAddress => self.advertise_pending = true,
+                SentFrame::RemoveAddress(seq) => {
+                    if !self.remove_pending.contains(&seq) {
+                        self.remove_pending.push(seq);
+                    }
+                }
+                SentFrame::PathStatus(path) => {
+                    // Resent with the current status (a newer one may have replaced it).
+                    if let Some(i) = self.path_index(path) {
+                        self.paths[i].status_pending = true;
+                    }
+                }
                 SentFrame::PathChallenge(path) => {
                     if let Some(p) = self.path_index(path).map(|i| &mut self.paths[i]) {
                         if !p.validated && p.challenge.is_some() {

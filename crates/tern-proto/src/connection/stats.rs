@@ -36,8 +36,11 @@ pub struct ConnectionStats {
     pub ecn_ce_received: u64,
     /// Flow and message bytes resent.
     pub bytes_retransmitted: u64,
-    /// Message bytes sent a second time on purpose (redundant messages).
+    /// Bytes sent a second time on purpose: redundant messages, and the copies a redundant
+    /// scheduler (or `redundant_priority`) puts on other paths.
     pub bytes_redundant: u64,
+    /// Redundant copies dropped before their path had room (too many waiting).
+    pub copies_dropped: u64,
     /// Packets that failed authentication (dropped).
     pub auth_failures: u64,
     /// Replayed packets (dropped).

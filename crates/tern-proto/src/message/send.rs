@@ -358,6 +358,20 @@ impl MessageSender {
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.msgs.values().filter_map(|m| m.deadline).min()
     }
+
+    /// The earliest deadline among messages with data waiting to leave (what the next packet
+    /// will carry), and the highest priority among them.
+    pub(crate) fn waiting_urgency(&self) -> (Option<Instant>, Option<u8>) {
+        let mut deadline = None::<Instant>;
+        let mut priority = None::<u8>;
+        for m in self.msgs.values().filter(|m| m.has_data_to_send()) {
+            if let Some(d) = m.deadline {
+                deadline = Some(deadline.map_or(d, |x| x.min(d)));
+            }
+            priority = priority.max(Some(m.priority));
+        }
+        (deadline, priority)
+    }
 }
 
 #[cfg(test)]

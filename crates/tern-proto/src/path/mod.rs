@@ -30,6 +30,9 @@ pub enum PathState {
     /// Stopped answering, or never answered its challenge: nothing but probes is sent on it
     /// until it answers again (then it is active again).
     Dead,
+    /// Given up for good by either end (its address went away, or the application dropped
+    /// it): nothing is sent on it again.
+    Abandoned,
 }
 
 /// Sending and receiving state of one path.
@@ -52,12 +55,21 @@ pub(crate) struct Path {
     pub(crate) challenges_sent: u32,
     /// A challenge must go out on this path.
     pub(crate) challenge_pending: bool,
+    /// When the last challenge left: without a response by a probe timeout later (the
+    /// challenge may have been acknowledged while its response was lost), another goes.
+    pub(crate) challenge_sent_at: Option<Instant>,
     /// Responses owed to the peer's challenges, sent on this path.
     pub(crate) responses: VecDeque<[u8; 8]>,
     /// Probe packets owed after a probe timeout of this path (sent regardless of its window).
     pub(crate) probes: u32,
     /// A PathStatus for this path must be (re)sent.
     pub(crate) status_pending: bool,
+    /// Sequence number of our latest PathStatus for this path (0: none sent).
+    pub(crate) status_sequence: u64,
+    /// Highest sequence number of the peer's PathStatus frames for this path.
+    pub(crate) peer_status_sequence: u64,
+    /// When an acknowledgement last arrived for this path's packets (ACK-clocked scheduling).
+    pub(crate) last_ack: Option<Instant>,
     pub(crate) rtt: RttEstimator,
     pub(crate) cc: Box<dyn Controller>,
     pub(crate) pacer: Pacer,
@@ -170,9 +182,13 @@ impl Path {
             challenge: None,
             challenges_sent: 0,
             challenge_pending: false,
+            challenge_sent_at: None,
             responses: VecDeque::new(),
             probes: 0,
             status_pending: false,
+            status_sequence: 0,
+            peer_status_sequence: 0,
+            last_ack: None,
             rtt: RttEstimator::new(config.initial_rtt),
             cc,
             pacer,
@@ -213,9 +229,14 @@ impl Path {
         self.acks.largest.is_some() && (self.acks.dirty || !self.acks.nack.is_empty())
     }
 
-    /// Whether the scheduler may put data on this path: validated, and in the wanted state.
+    /// Whether the scheduler may put data on this path: validated, neither dead nor abandoned.
     pub(crate) fn usable(&self) -> bool {
-        self.validated && self.state != PathState::Dead
+        self.validated && matches!(self.state, PathState::Active | PathState::Standby)
+    }
+
+    /// Whether the path was given up for good.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.state == PathState::Abandoned
     }
 
     /// The RTT the scheduler ranks paths by: the smoothed estimate, or the configured initial
@@ -254,7 +275,7 @@ pub struct PathStats {
     pub remote: SocketAddr,
     /// Our address on this path, if known.
     pub local: Option<IpAddr>,
-    /// Active, standby or dead.
+    /// Active, standby, dead or abandoned.
     pub state: PathState,
     /// The peer proved it receives on this path.
     pub validated: bool,

@@ -66,6 +66,10 @@ pub(crate) enum SentFrame {
     PathChallenge(u32),
     /// AddAddress frames (our advertised addresses are resent if lost).
     AddAddress,
+    /// A RemoveAddress with this sequence number (resent if lost).
+    RemoveAddress(u64),
+    /// A PathStatus for this path (the current status is resent if lost).
+    PathStatus(u32),
 }
 
 /// One packet in flight.
@@ -80,6 +84,9 @@ pub(crate) struct SentPacket {
     pub(crate) app_limited: bool,
     /// Left marked ECT(0).
     pub(crate) ecn: bool,
+    /// A redundant copy of data sent on another path: acknowledging it counts, losing it
+    /// resends nothing (the original's loss does).
+    pub(crate) copy: bool,
     /// When a packet sent after this one was first acknowledged while this one was not: from
     /// then on it is late, and the reordering window counts from here.
     pub(crate) overtaken: Option<Instant>,
@@ -677,6 +684,7 @@ mod tests {
             in_flight: true,
             app_limited: false,
             ecn: false,
+            copy: false,
             overtaken: None,
             frames: SentFrames::new(),
         }

@@ -94,6 +94,8 @@ pub mod frame_type {
     pub const ACK_FREQUENCY: u64 = 0x29;
     /// `Ack` with ECN counts (§9.3).
     pub const ACK_ECN: u64 = 0x2a;
+    /// `PathStatus` (§9.30).
+    pub const PATH_STATUS: u64 = 0x2b;
 }
 
 use frame_type as ty;
@@ -536,6 +538,47 @@ pub enum Frame<'a> {
         /// Ack-eliciting packets per Ack, 1..=[`MAX_ACK_THRESHOLD`].
         threshold: u32,
     },
+    /// 0x2b: the sender's wish for a path (§9.30): carry data, keep it in reserve, or drop it.
+    PathStatus {
+        /// The path this is about.
+        path_id: u32,
+        /// Increases with each new status of the path; older ones are ignored.
+        sequence: u64,
+        /// What the path is to be used for.
+        status: PathStatusCode,
+    },
+}
+
+/// The `Status` field of `PathStatus` (§9.30).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PathStatusCode {
+    /// 1: the path carries data.
+    Active,
+    /// 2: the path is used only while no active path works (handover, a metered link).
+    Standby,
+    /// 3: the sender stopped using the path for good (its address went away).
+    Abandoned,
+}
+
+impl PathStatusCode {
+    /// The wire value.
+    pub fn to_wire(self) -> u64 {
+        match self {
+            PathStatusCode::Active => 1,
+            PathStatusCode::Standby => 2,
+            PathStatusCode::Abandoned => 3,
+        }
+    }
+
+    /// The code of a wire value, if it is one.
+    pub fn from_wire(v: u64) -> Option<Self> {
+        match v {
+            1 => Some(PathStatusCode::Active),
+            2 => Some(PathStatusCode::Standby),
+            3 => Some(PathStatusCode::Abandoned),
+            _ => None,
+        }
+    }
 }
 
 /// Largest `AckFrequency` threshold (§9.29): beyond it the sender would lose its ACK clock.
@@ -729,6 +772,17 @@ impl<'a> Frame<'a> {
                     threshold: threshold as u32,
                 }
             }
+            ty::PATH_STATUS => {
+                let path_id = r.varint_u32("path id")?;
+                let sequence = r.varint()?;
+                let status = PathStatusCode::from_wire(r.varint()?)
+                    .ok_or(DecodeError::InvalidValue("path status"))?;
+                Frame::PathStatus {
+                    path_id,
+                    sequence,
+                    status,
+                }
+            }
             other => return Err(DecodeError::UnknownFrameType(other)),
         };
         Ok(frame)
@@ -780,6 +834,7 @@ impl<'a> Frame<'a> {
             Frame::Join { .. } => ty::JOIN,
             Frame::Leave { .. } => ty::LEAVE,
             Frame::AckFrequency { .. } => ty::ACK_FREQUENCY,
+            Frame::PathStatus { .. } => ty::PATH_STATUS,
         }
     }
 
@@ -877,6 +932,9 @@ impl<'a> Frame<'a> {
                 sequence,
                 threshold,
             } => vl(u64::from(*path_id)) + vl(*sequence) + vl(u64::from(*threshold)),
+            Frame::PathStatus {
+                path_id, sequence, ..
+            } => vl(u64::from(*path_id)) + vl(*sequence) + 1,
         }
     }
 
@@ -1012,6 +1070,15 @@ impl<'a> Frame<'a> {
                 buf.put_varint(u64::from(*path_id));
                 buf.put_varint(*sequence);
                 buf.put_varint(u64::from(*threshold));
+            }
+            Frame::PathStatus {
+                path_id,
+                sequence,
+                status,
+            } => {
+                buf.put_varint(u64::from(*path_id));
+                buf.put_varint(*sequence);
+                buf.put_varint(status.to_wire());
             }
         }
     }
@@ -1257,7 +1324,10 @@ pub(crate) mod tests {
     fn field_rules() {
         let cases: &[(&[u8], DecodeError)] = &[
             (&[0x07], DecodeError::UnknownFrameType(0x07)),
-            (&[0x2b], DecodeError::UnknownFrameType(0x2b)),
+            (&[0x2c], DecodeError::UnknownFrameType(0x2c)),
+            (&[0x2b, 1, 1, 0], DecodeError::InvalidValue("path status")),
+            (&[0x2b, 1, 1, 4], DecodeError::InvalidValue("path status")),
+            (&[0x2b, 1, 1], DecodeError::UnexpectedEnd),
             (&[0x2a, 0, 5, 0, 0, 0, 1, 0], DecodeError::UnexpectedEnd),
             (&[0x29, 0, 1, 0], DecodeError::InvalidValue("ack threshold")),
             (
@@ -1386,7 +1456,7 @@ pub(crate) mod tests {
 
     pub(crate) fn arb_frame_spec() -> impl Strategy<Value = FrameSpec> {
         (
-            (0u8..35, v(), v(), v(), any::<bool>(), any::<u8>()),
+            (0u8..36, v(), v(), v(), any::<bool>(), any::<u8>()),
             proptest::collection::vec(any::<u8>(), 0..300),
             any::<[u8; 16]>(),
             arb_cid(1..=20),
@@ -1548,6 +1618,11 @@ pub(crate) mod tests {
                     sequence: b,
                     threshold: 1 + (c % u64::from(MAX_ACK_THRESHOLD)) as u32,
                 },
+                35 => Frame::PathStatus {
+                    path_id: a as u32,
+                    sequence: b,
+                    status: PathStatusCode::from_wire(1 + c % 3).unwrap(),
+                },
                 31 => Frame::Flow(FlowFrame {
                     flow_id: a,
                     offset: 0,
@@ -1613,7 +1688,7 @@ pub(crate) mod tests {
         }
 
         #[test]
-        fn arbitrary_typed_payloads_never_panic(t in 0u8..0x2b, data in proptest::collection::vec(any::<u8>(), 0..40)) {
+        fn arbitrary_typed_payloads_never_panic(t in 0u8..0x2c, data in proptest::collection::vec(any::<u8>(), 0..40)) {
             let mut buf = vec![t];
             buf.extend_from_slice(&data);
             crate::wire::fuzz::frames(&buf);

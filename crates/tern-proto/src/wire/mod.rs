@@ -47,7 +47,9 @@ pub use ack::{
 };
 pub use cid::ConnectionId;
 pub use error_code::TransportErrorCode;
-pub use frame::{frame_type, FlowFrame, Frame, FrameIter, MessageFrame, MAX_ACK_THRESHOLD};
+pub use frame::{
+    frame_type, FlowFrame, Frame, FrameIter, MessageFrame, PathStatusCode, MAX_ACK_THRESHOLD,
+};
 pub use header::{
     decode_pn, encode_pn_len, encode_stateless_reset, feedback_rate_offset, is_stateless_reset,
     lower_feedback_rate, read_feedback_rate, short_header_aad, stateless_reset_len,

@@ -1,0 +1,113 @@
+//! `tern perf` over two real emulated paths (tern-netem's `dual` topology: the client and
+//! the server each have an address on either path): with no options, the server advertises
+//! both its addresses, the client opens paths from both of its own, and both emulated links
+//! carry a large share of the data. `--local none` keeps to the client's first interface.
+//!
+//! Needs root, /dev/net/tun and `ip netns`; says SKIPPED otherwise.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+use tern_netem::{Direction, DirectionConfig, DuplexConfig, EmulationConfig};
+use tern_netem::{Topology, TopologySpec};
+
+/// A child process killed when the test ends, pass or fail.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One 16 MB `tern perf` from `c` to `s` with `client_args`, both paths 20 Mbit/s and 10 ms
+/// each way. Returns the client's stdout and the bytes each path's data direction carried.
+fn perf(client_args: &[&str]) -> (String, [u64; 2]) {
+    let topo = Topology::build(&TopologySpec::dual()).expect("topology");
+    let link = || {
+        let mut d = DirectionConfig::default();
+        d.apply("delay=10ms rate=20mbit queue=100kB")
+            .expect("settings");
+        DuplexConfig {
+            up: d.clone(),
+            down: d,
+        }
+    };
+    let emu = topo
+        .start(
+            &EmulationConfig::default()
+                .with_link("r1", link())
+                .with_link("r2", link()),
+        )
+        .expect("emulator");
+    let server_ip = topo.addr("s").expect("server address");
+    let tern = env!("CARGO_BIN_EXE_tern");
+    let mut server = topo.command("s", tern).expect("node");
+    server
+        .args(["perf", "--server", "--listen", "0.0.0.0:4433"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut server = Killed(server.spawn().expect("server starts"));
+    let stderr = server.0.stderr.take().expect("piped");
+    let mut lines = BufReader::new(stderr).lines();
+    let ready = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("listening"));
+    assert!(ready, "perf server did not start");
+    std::thread::spawn(move || lines.for_each(drop));
+    let target = format!("{server_ip}:4433");
+    let mut args = vec!["perf", target.as_str(), "--bytes", "16M"];
+    args.extend_from_slice(client_args);
+    let out = topo
+        .command("c", tern)
+        .expect("node")
+        .args(&args)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "tern perf failed: {stdout}");
+    let carried = ["r1", "r2"].map(|r| {
+        emu.stats(r, Direction::Up)
+            .expect("counters")
+            .delivered_bytes
+    });
+    drop(server);
+    println!("{client_args:?}:\n{stdout}links carried {carried:?}");
+    (stdout, carried)
+}
+
+#[test]
+fn perf_uses_both_paths_by_default_and_one_when_asked() {
+    let test = "perf_uses_both_paths_by_default_and_one_when_asked";
+    if !tern_netem::test_prerequisites(test) {
+        return;
+    }
+    let (report, carried) = perf(&[]);
+    let path_lines = report
+        .lines()
+        .filter(|l| l.trim_start().starts_with("path "))
+        .count();
+    assert!(path_lines >= 2, "per-path lines: {report}");
+    for (i, bytes) in carried.iter().enumerate() {
+        assert!(
+            *bytes > 4_000_000,
+            "path {} carried {bytes} of 16 MB: {report}",
+            i + 1
+        );
+    }
+
+    // One local address: paths to both server addresses still open, but all leave from the
+    // client's first interface, so only r1 carries data.
+    let (report, carried) = perf(&["--local", "none"]);
+    assert!(
+        report
+            .lines()
+            .filter(|l| l.trim_start().starts_with("path "))
+            .all(|l| l.contains("10.77.1.1 ->")),
+        "{report}"
+    );
+    assert!(carried[1] < 1_000_000, "r2 idle: {carried:?}");
+}
