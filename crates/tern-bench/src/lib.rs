@@ -101,7 +101,14 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
     for def in &plan.cases {
         if net.as_ref().map(runner::Net::kind) != Some(def.net) {
             drop(net.take());
-            let n = runner::Net::new(def.net, &logs)?;
+            // With several networks, each keeps its agents' logs apart.
+            let several = plan.cases.iter().any(|c| c.net != def.net);
+            let dir = if several {
+                logs.join(format!("{:?}", def.net).to_lowercase())
+            } else {
+                logs.clone()
+            };
+            let n = runner::Net::new(def.net, &dir)?;
             networks.insert(
                 format!("{:?}", def.net).to_lowercase(),
                 serde_json::Value::from(n.describe()),

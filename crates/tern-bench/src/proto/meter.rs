@@ -133,6 +133,32 @@ pub fn local_addresses() -> BTreeSet<IpAddr> {
         .collect()
 }
 
+/// Pairs the addresses that went away with those that appeared (`old` → `new`): one in the
+/// same /24 if there is one, else in order.
+pub fn address_changes(before: &BTreeSet<IpAddr>, after: &BTreeSet<IpAddr>) -> Vec<(IpAddr, IpAddr)> {
+    let gone: Vec<IpAddr> = before.difference(after).copied().collect();
+    let mut new: Vec<IpAddr> = after.difference(before).copied().collect();
+    let net = |ip: &IpAddr| match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            Some([o[0], o[1], o[2]])
+        }
+        IpAddr::V6(_) => None,
+    };
+    let mut out = Vec::new();
+    for old in gone {
+        if new.is_empty() {
+            break;
+        }
+        let i = new
+            .iter()
+            .position(|n| net(n).is_some() && net(n) == net(&old))
+            .unwrap_or(0);
+        out.push((old, new.remove(i)));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,6 +197,27 @@ mod tests {
         assert_eq!(s.bins, vec![200, 0, 0, 0, 800]);
         assert_eq!(s.connections, 1);
         assert_eq!(s.first_connection_bytes, 1000);
+    }
+
+    #[test]
+    fn moves_pair_old_and_new_addresses_by_subnet() {
+        let set = |v: &[[u8; 4]]| v.iter().map(|a| IpAddr::from(*a)).collect::<BTreeSet<_>>();
+        let before = set(&[[10, 77, 1, 1], [10, 77, 3, 1]]);
+        let after = set(&[[10, 77, 3, 77], [10, 77, 1, 77]]);
+        assert_eq!(
+            address_changes(&before, &after),
+            vec![
+                (IpAddr::from([10, 77, 1, 1]), IpAddr::from([10, 77, 1, 77])),
+                (IpAddr::from([10, 77, 3, 1]), IpAddr::from([10, 77, 3, 77])),
+            ]
+        );
+        // A new network: paired in order.
+        let moved = address_changes(&set(&[[10, 77, 1, 1]]), &set(&[[10, 77, 5, 1]]));
+        assert_eq!(moved, vec![(IpAddr::from([10, 77, 1, 1]), IpAddr::from([10, 77, 5, 1]))]);
+        // Only one of two moved; an address only added pairs with nothing.
+        let one = address_changes(&before, &set(&[[10, 77, 1, 1], [10, 77, 3, 9]]));
+        assert_eq!(one, vec![(IpAddr::from([10, 77, 3, 1]), IpAddr::from([10, 77, 3, 9]))]);
+        assert!(address_changes(&set(&[[10, 77, 1, 1]]), &before).is_empty());
     }
 
     #[test]

@@ -4,13 +4,14 @@
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::meter::{local_addresses, Meter};
+use super::meter::{address_changes, local_addresses, Meter};
 use crate::results::{FlowSample, RpcSample, TransferSample};
 use crate::spec::{payload, FlowPlan, RpcPlan, TransferPlan};
 
@@ -46,9 +47,10 @@ pub trait Mux: Send + Sync + Sized + 'static {
     fn close_window(_conn: &Self::Conn) {}
     /// Opens it again.
     fn open_window(_conn: &Self::Conn) {}
-    /// The client's local addresses changed: move to a new socket if the protocol can be
-    /// told (quinn's `Endpoint::rebind`). `Ok(false)`: it has no way to be told.
-    fn rebind(&self) -> io::Result<bool> {
+    /// The client's local addresses changed (`(old, new)` pairs): tell the protocol if it
+    /// can be told (quinn: `Endpoint::rebind` on a new socket; tern:
+    /// `Endpoint::local_ip_changed`). `Ok(false)`: it has no way to be told.
+    fn rebind(&self, _changes: &[(IpAddr, IpAddr)]) -> io::Result<bool> {
         Ok(false)
     }
 }
@@ -391,8 +393,9 @@ pub async fn transfer_client<M: Mux>(
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 let now = local_addresses();
                 if now != known && !now.is_empty() {
+                    let changes = address_changes(&known, &now);
                     known = now;
-                    if let Ok(true) = m.rebind() {
+                    if let Ok(true) = m.rebind(&changes) {
                         meter.lock().unwrap().rebound();
                     }
                 }

@@ -133,7 +133,7 @@ impl Mux for QuicClient {
 
     /// Client migration: a new socket on the wildcard address, so that the kernel picks
     /// the new source address (quinn then probes the path from it).
-    fn rebind(&self) -> io::Result<bool> {
+    fn rebind(&self, _changes: &[(IpAddr, IpAddr)]) -> io::Result<bool> {
         let socket =
             std::net::UdpSocket::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
         self.ep.rebind(socket)?;

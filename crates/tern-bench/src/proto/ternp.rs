@@ -226,8 +226,6 @@ pub struct TernClient {
     addr: SocketAddr,
     key: tern::PublicKey,
     mode: TernMode,
-    /// The latest connection (told of address changes, [`Mux::rebind`]).
-    latest: std::sync::Mutex<Option<tern::Connection>>,
 }
 
 /// Which paths a client uses.
@@ -265,7 +263,6 @@ impl TernClient {
             addr,
             key,
             mode,
-            latest: std::sync::Mutex::new(None),
         })
     }
 
@@ -293,9 +290,6 @@ impl Mux for TernClient {
             .connect(self.addr, Some(self.key))
             .await
             .map_err(|e| io::Error::other(e.to_string()))?;
-        if let Ok(mut latest) = self.latest.lock() {
-            *latest = Some(conn.clone());
-        }
         Ok(TernConn {
             conn,
             mode: self.mode,
@@ -354,20 +348,16 @@ impl Mux for TernClient {
 
     const HAS_WINDOW: bool = true;
 
-    /// tern has no way to be told that the local address changed (no `Endpoint::rebind`,
-    /// no watch of the interfaces in the runtime), and a receiver that only acknowledges
-    /// sends nothing after a move, so the server keeps sending to the old address. What an
-    /// application can do: send something, so that a packet leaves from the new address
-    /// and the server follows it (path validation). Three 1-byte datagrams (the server
-    /// ignores them).
-    fn rebind(&self) -> io::Result<bool> {
-        let conn = self.latest.lock().ok().and_then(|c| c.clone());
-        let Some(conn) = conn else { return Ok(false) };
-        for _ in 0..3 {
-            conn.send_datagram(Bytes::from_static(b"m"))
-                .map_err(|e| io::Error::other(e.to_string()))?;
+    /// The client's addresses changed (`old` → `new` pairs): `Endpoint::local_ip_changed`
+    /// moves every path that used `old` (it revalidates from `new` and resends what was in
+    /// flight). A receiver that only acknowledges would otherwise send nothing from its new
+    /// address, and the server would keep sending to the old one.
+    fn rebind(&self, changes: &[(IpAddr, IpAddr)]) -> io::Result<bool> {
+        let mut moved = 0;
+        for &(old, new) in changes {
+            moved += self.ep.local_ip_changed(old, new);
         }
-        Ok(true)
+        Ok(moved > 0)
     }
 
     fn close_window(c: &TernConn) {
