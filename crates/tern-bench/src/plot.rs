@@ -500,6 +500,66 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                 )
             });
         }
+        "multipath" | "handover" => {
+            // Bytes delivered against time, one line per protocol, per case: a stall is a
+            // flat stretch, a path's loss a change of slope.
+            let key = if run.scenario == "multipath" {
+                "paths"
+            } else {
+                "event"
+            };
+            let mut names: Vec<String> = run
+                .cases
+                .iter()
+                .map(|c| value_text(c.params.get(key)))
+                .collect();
+            names.dedup();
+            names.sort();
+            names.dedup();
+            for name in names {
+                let series: Vec<Series> = run
+                    .cases
+                    .iter()
+                    .filter(|c| value_text(c.params.get(key)) == name)
+                    .filter_map(|c| {
+                        let t = c.transfer.as_ref()?;
+                        let mut total = 0.0;
+                        let mut points = vec![(0.0, 0.0)];
+                        for (i, b) in t.bins.iter().enumerate() {
+                            total += *b as f64 / 1e6;
+                            points.push(((i + 1) as f64 * t.bin_ms as f64 / 1e3, total));
+                        }
+                        Some(Series {
+                            name: c.protocol.clone(),
+                            points,
+                            reference: false,
+                        })
+                    })
+                    .collect();
+                if series.is_empty() {
+                    continue;
+                }
+                let caption = if run.scenario == "multipath" {
+                    format!("Multipath, {prof}, paths {name}: bytes delivered vs time")
+                } else {
+                    format!("Handover, {prof}, event {name} at 5 s: bytes delivered vs time")
+                };
+                let t = caption.clone();
+                draw(
+                    format!("delivered-{}", tag(std::slice::from_ref(&name))),
+                    caption,
+                    &move |p| {
+                        line_chart(
+                            p,
+                            &t,
+                            ("time since the client started (s)", "delivered (MB)"),
+                            &series,
+                            (false, false),
+                        )
+                    },
+                );
+            }
+        }
         "startup" | "bulk" => {
             let protos = run.protocols();
             let mean_of = |p: &str, k: &str| {

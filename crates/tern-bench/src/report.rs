@@ -85,6 +85,7 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("stall_at_ms", "stall at ms", 1.0, 0),
             ("connections", "conns", 1.0, 0),
             ("reconnect_ms", "reconnect ms", 1.0, 0),
+            ("recovered_ms", "rate back ms", 1.0, 0),
             ("window_resume_ms", "reopen→data ms", 1.0, 0),
             ("goodput_mbps", "goodput Mbit/s", 1.0, 1),
         ],

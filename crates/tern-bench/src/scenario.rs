@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::profile::{self, LinkOptions, NetKind, Profile};
-use crate::results::{stats, Case, Row, RunFile, Skipped};
+use crate::results::{stats, Case, Row, RunFile, Skipped, TransferSample};
 use crate::spec::{FlowPlan, Proto, RpcPlan, TransferPlan, Work};
 
 /// Scenario names and one-line descriptions.
@@ -632,7 +632,14 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             };
             let no_window = "no application-controlled receive window".to_string();
             // (event, network, tern on every path, events, window)
-            let events: Vec<(&str, NetKind, bool, Vec<NetEvent>, Option<(u64, u64)>)> = vec![
+            type Event = (
+                &'static str,
+                NetKind,
+                bool,
+                Vec<NetEvent>,
+                Option<(u64, u64)>,
+            );
+            let events: Vec<Event> = vec![
                 (
                     "rebind",
                     NetKind::Mobile,
@@ -1017,12 +1024,32 @@ fn transfer_metrics(case: &Case) -> BTreeMap<String, f64> {
             m.insert("window_resume_ms".into(), r);
         }
         m.insert("rebinds".into(), f64::from(t.rebinds));
+        if let Some(ms) = case.events.first().and_then(|e| recovery_ms(t, e.at_ms)) {
+            m.insert("recovered_ms".into(), ms);
+        }
         if let Some(target) = case.params.get("stall_target_ms").and_then(Value::as_f64) {
             m.insert("stall_target_ms".into(), target);
             m.insert("stall_over_target".into(), t.max_gap_ms / target);
         }
     }
     m
+}
+
+/// How long after an event at `event_ms` the delivery rate is back: the first time from
+/// which 500 ms deliver at least 80 % of what the second before the event delivered per
+/// 500 ms (`None`: never, or no rate before the event to compare with).
+fn recovery_ms(t: &TransferSample, event_ms: f64) -> Option<f64> {
+    let bin = t.bin_ms.max(1) as f64;
+    let at = (event_ms / bin) as usize;
+    let per = (500.0 / bin).round().max(1.0) as usize;
+    let before: u64 = t.bins.get(at.checked_sub(2 * per)?..at)?.iter().sum();
+    let want = before as f64 / 2.0 * 0.8;
+    if want <= 0.0 {
+        return None;
+    }
+    (at..t.bins.len().saturating_sub(per))
+        .find(|&i| t.bins[i..i + per].iter().sum::<u64>() as f64 >= want)
+        .map(|i| (i as f64 * bin - event_ms).max(0.0))
 }
 
 /// `multipath`: each row's goodput over its protocol's `paths=one` row (MPTCP, which has
@@ -1151,7 +1178,6 @@ fn add_ratio(rows: &mut [Row], base: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::TransferSample;
 
     /// A results file of `cases` as the summary sees it (the rest left empty).
     fn run_file(scenario: &str, profile: &str, cases: Vec<crate::results::Case>) -> RunFile {
@@ -1654,6 +1680,16 @@ mod tests {
         assert_eq!(q["failed"], 1.0);
         assert_eq!(rows[3].metrics["failed"], 1.0, "no report: failed");
         assert_eq!(rows[4].metrics["window_resume_ms"], 45.0);
+        // Back to 80 % of the rate before the event: 100 B per 100 ms bin before an event at
+        // 1 s, nothing for 200 ms, then 50 B per bin, then the full rate from 1.6 s: from
+        // 1.4 s on, 500 ms carry 400 B.
+        let mut t = transfer(u64::MAX, 0, 200.0, 1);
+        t.bin_ms = 100;
+        t.bins = [vec![100; 10], vec![0, 0], vec![50; 4], vec![100; 10]].concat();
+        assert_eq!(recovery_ms(&t, 1000.0), Some(400.0));
+        assert_eq!(recovery_ms(&t, 100.0), None, "no second before the event");
+        t.bins.truncate(15);
+        assert_eq!(recovery_ms(&t, 1000.0), None, "never back");
         assert!(
             !rows[0].metrics.contains_key("goodput_vs_tcp"),
             "no TCP ratio in handover"

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::json;
-use tern_bench::results::{Case, CpuUse, FlowSample, Machine, RpcSample, RunFile, SCHEMA};
+use tern_bench::results::{
+    Case, CpuUse, EventRecord, FlowSample, Machine, RpcSample, RunFile, TransferSample, SCHEMA,
+};
 use tern_bench::scenario::{summarize, MAR_SIZES};
 
 fn tmpdir(name: &str) -> PathBuf {
@@ -185,6 +187,72 @@ fn flows_pipeline() {
     assert_eq!(figs.len(), 4, "{figs:?}");
     let md = tern_bench::report::markdown(&run);
     assert!(md.contains("| 80 ") || md.contains("| 80.0 "), "{md}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn transfer_pipeline() {
+    let dir = tmpdir("handover");
+    let transfer = |received: u64, gap: f64, connections: u32| TransferSample {
+        size: 1_000_000,
+        received,
+        completed: received >= 1_000_000,
+        start_ms: 0.0,
+        first_byte_ms: Some(50.0),
+        last_byte_ms: Some(1_050.0),
+        max_gap_ms: gap,
+        max_gap_at_ms: 500.0,
+        bin_ms: 50,
+        bins: vec![received / 20; 20],
+        connections,
+        first_connection_bytes: received,
+        reconnect_ms: None,
+        window_resume_ms: None,
+        rebinds: 1,
+    };
+    let mut cases = Vec::new();
+    for event in ["rebind", "blackhole"] {
+        for (proto, t) in [
+            ("tern", transfer(1_000_000, 80.0, 1)),
+            ("quic", transfer(400_000, 30_000.0, 1)),
+            ("tcp", transfer(1_000_000, 1_100.0, 2)),
+        ] {
+            cases.push(Case {
+                protocol: proto.into(),
+                params: BTreeMap::from([
+                    ("event".into(), json!(event)),
+                    ("size".into(), json!(1_000_000)),
+                    ("stall_target_ms".into(), json!(90.0)),
+                ]),
+                transfer: Some(t),
+                events: vec![EventRecord {
+                    at_ms: 500.0,
+                    what: "down r1".into(),
+                    error: None,
+                }],
+                wall_s: 2.0,
+                ..Case::default()
+            });
+        }
+    }
+    let mut run = run_file("handover", "handover", cases);
+    run.summary = summarize(&run);
+    assert_eq!(run.summary.len(), 6);
+    let row = |p: &str| run.summary.iter().find(|r| r.protocol == p).unwrap();
+    assert_eq!(row("tern").metric("bytes_lost"), Some(0.0));
+    assert_eq!(row("quic").metric("bytes_lost"), Some(600_000.0));
+    assert_eq!(row("tcp").metric("failed"), Some(1.0));
+    assert_eq!(row("tcp").metric("bytes_lost"), None);
+    let path = run.write(&dir).unwrap();
+    let back = RunFile::read(&path).unwrap();
+    assert_eq!(back.cases[0].transfer, run.cases[0].transfer);
+    assert_eq!(back.cases[0].events.len(), 1);
+    assert_eq!(back.summary, run.summary);
+    // One delivery timeline per event.
+    let figs = tern_bench::plot::render(&back, &dir).unwrap();
+    assert_eq!(figs.len(), 2, "{figs:?}");
+    let md = tern_bench::report::markdown(&back);
+    assert!(md.contains("| bytes lost | stall ms |"), "{md}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

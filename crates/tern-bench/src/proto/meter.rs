@@ -135,7 +135,10 @@ pub fn local_addresses() -> BTreeSet<IpAddr> {
 
 /// Pairs the addresses that went away with those that appeared (`old` → `new`): one in the
 /// same /24 if there is one, else in order.
-pub fn address_changes(before: &BTreeSet<IpAddr>, after: &BTreeSet<IpAddr>) -> Vec<(IpAddr, IpAddr)> {
+pub fn address_changes(
+    before: &BTreeSet<IpAddr>,
+    after: &BTreeSet<IpAddr>,
+) -> Vec<(IpAddr, IpAddr)> {
     let gone: Vec<IpAddr> = before.difference(after).copied().collect();
     let mut new: Vec<IpAddr> = after.difference(before).copied().collect();
     let net = |ip: &IpAddr| match ip {
@@ -213,10 +216,16 @@ mod tests {
         );
         // A new network: paired in order.
         let moved = address_changes(&set(&[[10, 77, 1, 1]]), &set(&[[10, 77, 5, 1]]));
-        assert_eq!(moved, vec![(IpAddr::from([10, 77, 1, 1]), IpAddr::from([10, 77, 5, 1]))]);
+        assert_eq!(
+            moved,
+            vec![(IpAddr::from([10, 77, 1, 1]), IpAddr::from([10, 77, 5, 1]))]
+        );
         // Only one of two moved; an address only added pairs with nothing.
         let one = address_changes(&before, &set(&[[10, 77, 1, 1], [10, 77, 3, 9]]));
-        assert_eq!(one, vec![(IpAddr::from([10, 77, 3, 1]), IpAddr::from([10, 77, 3, 9]))]);
+        assert_eq!(
+            one,
+            vec![(IpAddr::from([10, 77, 3, 1]), IpAddr::from([10, 77, 3, 9]))]
+        );
         assert!(address_changes(&set(&[[10, 77, 1, 1]]), &before).is_empty());
     }
 
