@@ -577,7 +577,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                 let mut def = CaseDef::new(
                     params(&[
                         ("paths", json!(name)),
-                        ("sum_mbps", json!(sum)),
+                        ("sum_mbps", json!((sum * 10.0).round() / 10.0)),
                         ("duration_s", json!(secs)),
                     ]),
                     lo,

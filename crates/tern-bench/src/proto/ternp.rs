@@ -176,8 +176,10 @@ pub async fn serve(ep: tern::Endpoint) {
             }
         });
         tokio::spawn(serve_messages(conn.clone()));
-        // Into the server's log (results/logs/…): how each connection ended and its paths
-        // then, for connections that die before the client can ask (handover).
+        // Into the server's log (results/logs/…): path events as they happen, how each
+        // connection ended and its paths then (handover: connections that die before the
+        // client can ask).
+        tokio::spawn(log_path_events(conn.events()));
         tokio::spawn(async move {
             let why = conn.closed().await;
             eprintln!(
@@ -187,6 +189,27 @@ pub async fn serve(ep: tern::Endpoint) {
                 stats_json(&conn.stats())
             );
         });
+    }
+}
+
+/// Writes a connection's path events (and its end) to the agent's log (stderr), with the
+/// time since the call.
+async fn log_path_events(mut events: tern::EventStream) {
+    let t0 = Instant::now();
+    while let Some(e) = events.next().await {
+        use tern::Event as E;
+        if matches!(
+            e,
+            E::PathOpened { .. }
+                | E::PathValidated { .. }
+                | E::PathDead { .. }
+                | E::PathAlive { .. }
+                | E::PathStateChanged { .. }
+                | E::PeerAddressChanged { .. }
+                | E::Closed(_)
+        ) {
+            eprintln!("{:9.3} s {e:?}", t0.elapsed().as_secs_f64());
+        }
     }
 }
 
@@ -226,7 +249,14 @@ pub struct TernClient {
     addr: SocketAddr,
     key: tern::PublicKey,
     mode: TernMode,
+    /// The latest connection (told of address changes, [`Mux::rebind`]).
+    latest: std::sync::Mutex<Option<tern::Connection>>,
 }
+
+/// The size of the datagram a moved client sends ([`Mux::rebind`]): a full-size one, so that
+/// the 3× budget it gives the server toward the unproven new address covers a padded path
+/// challenge at once.
+const NUDGE_BYTES: usize = 1_100;
 
 /// Which paths a client uses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -263,6 +293,7 @@ impl TernClient {
             addr,
             key,
             mode,
+            latest: std::sync::Mutex::new(None),
         })
     }
 
@@ -290,6 +321,10 @@ impl Mux for TernClient {
             .connect(self.addr, Some(self.key))
             .await
             .map_err(|e| io::Error::other(e.to_string()))?;
+        if let Ok(mut latest) = self.latest.lock() {
+            *latest = Some(conn.clone());
+        }
+        tokio::spawn(log_path_events(conn.events()));
         Ok(TernConn {
             conn,
             mode: self.mode,
@@ -349,13 +384,22 @@ impl Mux for TernClient {
     const HAS_WINDOW: bool = true;
 
     /// The client's addresses changed (`old` → `new` pairs): `Endpoint::local_ip_changed`
-    /// moves every path that used `old` (it revalidates from `new` and resends what was in
-    /// flight). A receiver that only acknowledges would otherwise send nothing from its new
-    /// address, and the server would keep sending to the old one.
+    /// moves every path that used `old` (new source, fresh RTT and controller, what was in
+    /// flight resent). That alone sends nothing when the client has nothing in flight (a
+    /// receiver only acknowledges), so the server, which has not heard from the new address,
+    /// keeps sending to the old one and the connection dies (measured: PROTOCOL gap, see
+    /// docs/BENCHMARKS.md). So the client also sends one 1-byte datagram on its latest
+    /// connection (the server ignores it): a packet from the new address, which the server
+    /// follows and validates.
     fn rebind(&self, changes: &[(IpAddr, IpAddr)]) -> io::Result<bool> {
         let mut moved = 0;
         for &(old, new) in changes {
             moved += self.ep.local_ip_changed(old, new);
+        }
+        let conn = self.latest.lock().ok().and_then(|c| c.clone());
+        if let Some(conn) = conn {
+            conn.send_datagram(Bytes::from(vec![0u8; NUDGE_BYTES]))
+                .map_err(|e| io::Error::other(e.to_string()))?;
         }
         Ok(moved > 0)
     }
