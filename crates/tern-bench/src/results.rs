@@ -167,6 +167,13 @@ pub struct TransferSample {
     pub max_gap_ms: f64,
     /// When that gap began, ms since the client started.
     pub max_gap_at_ms: f64,
+    /// The longest gap that ends after the case's network event (or is still open at the
+    /// end), if the plan named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_gap_ms: Option<f64>,
+    /// When that gap began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_gap_at_ms: Option<f64>,
     /// Bytes delivered per bin of `bin_ms`, from the client's start.
     pub bin_ms: u64,
     /// The timeline.

@@ -174,6 +174,11 @@ pub struct TransferPlan {
     pub resume_after_ms: Option<u64>,
     /// Width of the delivery timeline's bins.
     pub bin_ms: u64,
+    /// When the case's network event happens (ms after the client starts): the meter then
+    /// also keeps the longest gap that ends after it (`event_gap_ms`), so that a gap at the
+    /// start is not taken for the event's stall.
+    #[serde(default)]
+    pub event_at_ms: Option<u64>,
 }
 
 /// What a client does.

@@ -202,6 +202,8 @@ fn transfer_pipeline() {
         last_byte_ms: Some(1_050.0),
         max_gap_ms: gap,
         max_gap_at_ms: 500.0,
+        event_gap_ms: Some(gap),
+        event_gap_at_ms: Some(500.0),
         bin_ms: 50,
         bins: vec![received / 20; 20],
         connections,

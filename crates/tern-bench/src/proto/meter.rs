@@ -14,6 +14,7 @@ use crate::spec::TransferPlan;
 #[derive(Debug)]
 pub struct Meter {
     epoch: Instant,
+    event: Option<Instant>,
     first: Option<Instant>,
     last: Option<Instant>,
     sample: TransferSample,
@@ -28,6 +29,9 @@ impl Meter {
     pub fn new(plan: &TransferPlan, epoch: Instant) -> Self {
         Self {
             epoch,
+            event: plan
+                .event_at_ms
+                .map(|ms| epoch + std::time::Duration::from_millis(ms)),
             first: None,
             last: None,
             sample: TransferSample {
@@ -74,6 +78,10 @@ impl Meter {
         if gap > self.sample.max_gap_ms {
             self.sample.max_gap_ms = gap;
             self.sample.max_gap_at_ms = ms(self.epoch, from);
+        }
+        if self.event.is_some_and(|e| to >= e) && gap > self.sample.event_gap_ms.unwrap_or(-1.0) {
+            self.sample.event_gap_ms = Some(gap);
+            self.sample.event_gap_at_ms = Some(ms(self.epoch, from));
         }
     }
 
@@ -177,6 +185,7 @@ mod tests {
             follow_address: false,
             resume_after_ms: None,
             bin_ms: 100,
+            event_at_ms: None,
         }
     }
 
@@ -200,6 +209,25 @@ mod tests {
         assert_eq!(s.bins, vec![200, 0, 0, 0, 800]);
         assert_eq!(s.connections, 1);
         assert_eq!(s.first_connection_bytes, 1000);
+    }
+
+    #[test]
+    fn the_events_gap_is_not_the_start_ups() {
+        let t0 = Instant::now();
+        let mut p = plan();
+        p.event_at_ms = Some(1_000);
+        let mut m = Meter::new(&p, t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        m.delivered_at(10, at(10));
+        m.delivered_at(10, at(500)); // a long gap at the start
+        m.delivered_at(10, at(990));
+        m.delivered_at(10, at(1_200)); // the event's
+        m.delivered_at(10, at(1_210));
+        let s = m.finish(true);
+        assert!((s.max_gap_ms - 490.0).abs() < 1e-9);
+        assert_eq!(s.event_gap_ms, Some(210.0));
+        assert_eq!(s.event_gap_at_ms, Some(990.0));
+        assert_eq!(Meter::new(&plan(), t0).finish(true).event_gap_ms, None);
     }
 
     #[test]
