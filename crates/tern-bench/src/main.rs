@@ -26,10 +26,10 @@ struct Cli {
 enum Cmd {
     /// Run a scenario for every protocol (in the same run, over the same emulated link).
     Run {
-        /// mar, short-flows, long-flow, bulk, startup, echo-sizes.
+        /// mar, short-flows, long-flow, bulk, startup, echo-sizes, multipath, handover.
         scenario: String,
-        /// Link profile: 5g, lte, wifi, viscous, path50, startup, loopback (default: the
-        /// scenario's).
+        /// Link profile: 5g, lte, wifi, viscous, path50, startup, multipath, handover, loopback
+        /// (default: the scenario's).
         #[arg(long, short)]
         profile: Option<String>,
         /// Random loss in percent on every link and direction (`1` or `1%`). mar runs 0 and 1 %
@@ -37,7 +37,7 @@ enum Cmd {
         #[arg(long)]
         loss: Option<String>,
         /// A mahimahi trace replacing the profile's rates (`X.up` + `X.down` pairs are used per
-        /// direction).
+        /// direction). multipath: the trace of path 2 in an extra Wi-Fi + trace case.
         #[arg(long)]
         trace: Option<PathBuf>,
         /// A short version (a few minutes).

@@ -998,6 +998,15 @@ fn transfer_metrics(case: &Case) -> BTreeMap<String, f64> {
             .filter(|p| p.get("bytes_sent").and_then(Value::as_f64).unwrap_or(0.0) > 1e6)
             .count();
         m.insert("paths_used".into(), used as f64);
+        // What each of tern's paths sent (the sender's `Connection::paths()`).
+        for p in &paths {
+            if let (Some(id), Some(sent)) = (
+                p.get("id").and_then(Value::as_u64),
+                p.get("bytes_sent").and_then(Value::as_f64),
+            ) {
+                m.insert(format!("tern_path{id}_sent_mb"), sent / 1e6);
+            }
+        }
     }
     if let Some(sum) = case.params.get("sum_mbps").and_then(Value::as_f64) {
         if sum > 0.0 {
@@ -1632,6 +1641,8 @@ mod tests {
         assert!(close(t["goodput_of_sum"], 0.95));
         assert_eq!(t["link_r2_down_mb"], 59.0);
         assert_eq!(t["paths_used"], 2.0, "paths that sent more than 1 MB");
+        assert_eq!(t["tern_path1_sent_mb"], 29.0);
+        assert_eq!(t["tern_path2_sent_mb"], 0.0005);
         // MPTCP has no one-path row of its own: TCP's is its one path.
         let m = row("mptcp", "unequal");
         assert!(close(m["goodput_vs_one"], 45.0 / 47.0));
