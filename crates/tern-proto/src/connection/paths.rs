@@ -154,19 +154,7 @@ impl Connection {
         tracing::debug!(id = path.id, old = %path.remote, new = %remote, "peer address changed");
         if path.remote.ip() != remote.ip() {
             // Packet numbers, the replay window and what is in flight stay with the path.
-            let fresh = Path::new(
-                now,
-                path.id,
-                remote,
-                path.mtu,
-                &config,
-                config.congestion.as_ref(),
-            );
-            path.rtt = fresh.rtt;
-            path.cc = fresh.cc;
-            path.pacer = fresh.pacer;
-            path.ecn = fresh.ecn;
-            path.pacing_until = None;
+            path.restart_network_state(now, &config);
         }
         path.remote = remote;
         path.limited = true;
@@ -293,19 +281,7 @@ impl Connection {
                 path.source = Some(new);
             }
             path.local = Some(new);
-            let fresh = Path::new(
-                now,
-                path.id,
-                path.remote,
-                path.mtu,
-                &config,
-                config.congestion.as_ref(),
-            );
-            path.rtt = fresh.rtt;
-            path.cc = fresh.cc;
-            path.pacer = fresh.pacer;
-            path.ecn = fresh.ecn;
-            path.pacing_until = None;
+            path.restart_network_state(now, &config);
             if path.state == PathState::Dead {
                 path.state = path.wanted;
             }

@@ -210,6 +210,29 @@ impl Path {
         }
     }
 
+    /// The path now runs over another network path (an address of either end changed):
+    /// RTT estimate, controller, pacer and ECN validation start afresh. Packet numbers, the
+    /// replay window and what is in flight stay.
+    pub(crate) fn restart_network_state(
+        &mut self,
+        now: Instant,
+        config: &crate::config::ConnectionConfig,
+    ) {
+        let fresh = Path::new(
+            now,
+            self.id,
+            self.remote,
+            self.mtu,
+            config,
+            config.congestion.as_ref(),
+        );
+        self.rtt = fresh.rtt;
+        self.cc = fresh.cc;
+        self.pacer = fresh.pacer;
+        self.ecn = fresh.ecn;
+        self.pacing_until = None;
+    }
+
     /// Bytes we may still send before the peer's address is validated (3× what it sent).
     pub(crate) fn amplification_budget(&self) -> u64 {
         if self.validated || !self.limited {
