@@ -242,6 +242,25 @@ impl Path {
         }
     }
 
+    /// Whether the pacer lets `size` bytes go now; if not, remembers when it will.
+    pub(crate) fn pacer_allows(&mut self, now: Instant, size: u64) -> bool {
+        let rate = self.cc.pacing_rate(&self.rtt);
+        match self.pacer.delay(
+            now,
+            size,
+            self.cc.window(),
+            rate,
+            self.rtt.smoothed(),
+            self.mtu,
+        ) {
+            Some(at) if at > now => {
+                self.pacing_until = Some(at);
+                false
+            }
+            _ => true,
+        }
+    }
+
     /// Congestion window room left.
     pub(crate) fn cwnd_room(&self) -> u64 {
         self.cc.window().saturating_sub(self.sent.bytes_in_flight)
