@@ -111,3 +111,80 @@ fn perf_uses_both_paths_by_default_and_one_when_asked() {
     );
     assert!(carried[1] < 1_000_000, "r2 idle: {carried:?}");
 }
+
+/// `tern perf` from a client whose address changes mid-transfer (tern-netem's `mobile`
+/// topology: 10.77.1.1 moves to 10.77.5.1, a new network): the connection follows by its
+/// connection ID, the server revalidates the new address, and every byte arrives.
+#[test]
+fn perf_survives_the_client_moving_to_a_new_network() {
+    let test = "perf_survives_the_client_moving_to_a_new_network";
+    if !tern_netem::test_prerequisites(test) {
+        return;
+    }
+    let topo = Topology::build(&TopologySpec::mobile()).expect("topology");
+    let mut d = DirectionConfig::default();
+    d.apply("delay=10ms rate=10mbit queue=60kB")
+        .expect("settings");
+    let _emu = topo
+        .start(&EmulationConfig::default().with_link(
+            "r",
+            DuplexConfig {
+                up: d.clone(),
+                down: d,
+            },
+        ))
+        .expect("emulator");
+    let server_addr = format!("{}:4433", topo.addr("s").expect("server address"));
+    let tern = env!("CARGO_BIN_EXE_tern");
+    let mut server = topo.command("s", tern).expect("node");
+    server
+        .args(["perf", "--server", "--listen", &server_addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut server = Killed(server.spawn().expect("server starts"));
+    let stderr = server.0.stderr.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    assert!(
+        rx.iter().any(|l| l.contains("listening")),
+        "perf server did not start"
+    );
+    // 12 MiB at 10 Mbit/s: about ten seconds, so a move two seconds in is mid-transfer.
+    let client = topo
+        .command("c", tern)
+        .expect("node")
+        .args(["perf", &server_addr, "--bytes", "12M"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("client runs");
+    let client = Killed(client);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let (home, away) = ("10.77.1.1".parse().unwrap(), "10.77.5.1".parse().unwrap());
+    topo.change_address("c", home, away)
+        .expect("the client moves");
+    let mut client = client;
+    let out = std::mem::replace(
+        &mut client.0,
+        std::process::Command::new("true").spawn().expect("true"),
+    )
+    .wait_with_output()
+    .expect("client ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tern perf failed after the move: {stdout}"
+    );
+    let received = std::iter::from_fn(|| rx.recv_timeout(std::time::Duration::from_secs(10)).ok())
+        .find(|l| l.starts_with("received"))
+        .expect("the server reports what it received");
+    assert!(
+        received.starts_with("received 12582912 bytes"),
+        "{received}; client: {stdout}"
+    );
+    drop(server);
+}

@@ -50,12 +50,18 @@ impl Connection {
 
     /// Starts (or restarts) validating a path: a fresh challenge goes out on it.
     fn start_validation(&mut self, index: usize) {
+        self.paths[index].validated = false;
+        self.send_challenge(index);
+    }
+
+    /// Queues a fresh challenge on a path (padded to 1 200 bytes when it leaves).
+    fn send_challenge(&mut self, index: usize) {
         let mut data = [0u8; 8];
         self.path_rng.fill_bytes(&mut data);
         let path = &mut self.paths[index];
-        path.validated = false;
         path.challenge = Some(data);
         path.challenges_sent = 0;
+        path.challenge_sent_at = None;
         path.challenge_pending = true;
     }
 
@@ -152,27 +158,23 @@ impl Connection {
         let config = self.config.clone();
         let path = &mut self.paths[index];
         tracing::debug!(id = path.id, old = %path.remote, new = %remote, "peer address changed");
+        let mut lost = Vec::new();
         if path.remote.ip() != remote.ip() {
-            // Packet numbers, the replay window and what is in flight stay with the path.
-            let fresh = Path::new(
-                now,
-                path.id,
-                remote,
-                path.mtu,
-                &config,
-                config.congestion.as_ref(),
-            );
-            path.rtt = fresh.rtt;
-            path.cc = fresh.cc;
-            path.pacer = fresh.pacer;
-            path.ecn = fresh.ecn;
-            path.pacing_until = None;
+            // A new network path. Packet numbers and the replay window stay; what was in
+            // flight to the old address is sent again at once (not counted as congestion
+            // against the new path's controller).
+            path.restart_network_state(now, &config);
+            lost = path.sent.abandon(now, &path.rtt);
         }
         path.remote = remote;
         path.limited = true;
         path.bytes_received = 0;
         path.bytes_sent = 0;
         let id = path.id;
+        for (_, p) in lost.into_iter().filter(|(_, p)| !p.copy) {
+            self.stats.packets_rerouted += 1;
+            self.requeue(&p.frames, false);
+        }
         self.start_validation(index);
         self.events
             .push_back(Event::PeerAddressChanged { id, remote });
@@ -285,7 +287,8 @@ impl Connection {
         let config = self.config.clone();
         let mut moved = 0;
         let mut requeue = Vec::new();
-        for path in &mut self.paths {
+        let mut moved_paths = Vec::new();
+        for (i, path) in self.paths.iter_mut().enumerate() {
             if path.local != Some(old) && path.source != Some(old) {
                 continue;
             }
@@ -293,19 +296,7 @@ impl Connection {
                 path.source = Some(new);
             }
             path.local = Some(new);
-            let fresh = Path::new(
-                now,
-                path.id,
-                path.remote,
-                path.mtu,
-                &config,
-                config.congestion.as_ref(),
-            );
-            path.rtt = fresh.rtt;
-            path.cc = fresh.cc;
-            path.pacer = fresh.pacer;
-            path.ecn = fresh.ecn;
-            path.pacing_until = None;
+            path.restart_network_state(now, &config);
             if path.state == PathState::Dead {
                 path.state = path.wanted;
             }
@@ -321,8 +312,17 @@ impl Connection {
             moved += 1;
             tracing::debug!(id = path.id, %old, %new, "local address changed");
             requeue.extend(frames);
+            moved_paths.push(i);
         }
         self.requeue(&requeue, false);
+        // Each moved path announces itself at once from its new address with a challenge
+        // padded to 1 200 bytes (QUIC's migration probe): the peer learns the address before
+        // any data needs it, and may answer with 3x that while it revalidates — an ACK-only
+        // receiver would otherwise give it too little budget even to send its own challenge.
+        // The peer's address did not change, so the path stays usable meanwhile.
+        for i in moved_paths {
+            self.send_challenge(i);
+        }
         // Pairs from the new address that have no path yet (a client with more addresses).
         if self.paths_opened {
             self.open_paths(now);

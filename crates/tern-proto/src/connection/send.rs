@@ -237,21 +237,7 @@ impl Connection {
         if !path.usable() || path.cwnd_room() < size || path.amplification_budget() < size {
             return false;
         }
-        let rate = path.cc.pacing_rate(&path.rtt);
-        match path.pacer.delay(
-            now,
-            size,
-            path.cc.window(),
-            rate,
-            path.rtt.smoothed(),
-            path.mtu,
-        ) {
-            Some(at) if at > now => {
-                path.pacing_until = Some(at);
-                false
-            }
-            _ => true,
-        }
+        path.pacer_allows(now, size)
     }
 
     /// After a data packet on path `index`: queues a copy of its message and flow frames
@@ -298,21 +284,7 @@ impl Connection {
                 return false;
             }
         }
-        let rate = path.cc.pacing_rate(&path.rtt);
-        if let Some(at) = path.pacer.delay(
-            now,
-            mtu,
-            path.cc.window(),
-            rate,
-            path.rtt.smoothed(),
-            path.mtu,
-        ) {
-            if at > now {
-                path.pacing_until = Some(at);
-                return false;
-            }
-        }
-        true
+        path.pacer_allows(now, mtu)
     }
 
     /// The path an ACK-only packet takes: the path whose packets it acknowledges, so that a

@@ -210,12 +210,54 @@ impl Path {
         }
     }
 
+    /// The path now runs over another network path (an address of either end changed):
+    /// RTT estimate, controller, pacer and ECN validation start afresh. Packet numbers, the
+    /// replay window and what is in flight stay.
+    pub(crate) fn restart_network_state(
+        &mut self,
+        now: Instant,
+        config: &crate::config::ConnectionConfig,
+    ) {
+        let fresh = Path::new(
+            now,
+            self.id,
+            self.remote,
+            self.mtu,
+            config,
+            config.congestion.as_ref(),
+        );
+        self.rtt = fresh.rtt;
+        self.cc = fresh.cc;
+        self.pacer = fresh.pacer;
+        self.ecn = fresh.ecn;
+        self.pacing_until = None;
+    }
+
     /// Bytes we may still send before the peer's address is validated (3× what it sent).
     pub(crate) fn amplification_budget(&self) -> u64 {
         if self.validated || !self.limited {
             u64::MAX
         } else {
             (3 * self.bytes_received).saturating_sub(self.bytes_sent)
+        }
+    }
+
+    /// Whether the pacer lets `size` bytes go now; if not, remembers when it will.
+    pub(crate) fn pacer_allows(&mut self, now: Instant, size: u64) -> bool {
+        let rate = self.cc.pacing_rate(&self.rtt);
+        match self.pacer.delay(
+            now,
+            size,
+            self.cc.window(),
+            rate,
+            self.rtt.smoothed(),
+            self.mtu,
+        ) {
+            Some(at) if at > now => {
+                self.pacing_until = Some(at);
+                false
+            }
+            _ => true,
         }
     }
 
