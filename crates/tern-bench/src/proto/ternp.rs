@@ -249,14 +249,7 @@ pub struct TernClient {
     addr: SocketAddr,
     key: tern::PublicKey,
     mode: TernMode,
-    /// The latest connection (told of address changes, [`Mux::rebind`]).
-    latest: std::sync::Mutex<Option<tern::Connection>>,
 }
-
-/// The size of the datagram a moved client sends ([`Mux::rebind`]): a full-size one, so that
-/// the 3× budget it gives the server toward the unproven new address covers a padded path
-/// challenge at once.
-const NUDGE_BYTES: usize = 1_100;
 
 /// Which paths a client uses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -293,7 +286,6 @@ impl TernClient {
             addr,
             key,
             mode,
-            latest: std::sync::Mutex::new(None),
         })
     }
 
@@ -321,9 +313,6 @@ impl Mux for TernClient {
             .connect(self.addr, Some(self.key))
             .await
             .map_err(|e| io::Error::other(e.to_string()))?;
-        if let Ok(mut latest) = self.latest.lock() {
-            *latest = Some(conn.clone());
-        }
         tokio::spawn(log_path_events(conn.events()));
         Ok(TernConn {
             conn,
@@ -385,21 +374,14 @@ impl Mux for TernClient {
 
     /// The client's addresses changed (`old` → `new` pairs): `Endpoint::local_ip_changed`
     /// moves every path that used `old` (new source, fresh RTT and controller, what was in
-    /// flight resent). That alone sends nothing when the client has nothing in flight (a
-    /// receiver only acknowledges), so the server, which has not heard from the new address,
-    /// keeps sending to the old one and the connection dies (measured: PROTOCOL gap, see
-    /// docs/BENCHMARKS.md). So the client also sends one 1-byte datagram on its latest
-    /// connection (the server ignores it): a packet from the new address, which the server
-    /// follows and validates.
+    /// flight resent) and announces it from `new` at once with a padded challenge, so that
+    /// the server follows even when the client, a receiver, has nothing else to send. (Before
+    /// main's `24c4dcd` it sent nothing, and the connection died unless the application sent
+    /// something itself: docs/BENCHMARKS.md.)
     fn rebind(&self, changes: &[(IpAddr, IpAddr)]) -> io::Result<bool> {
         let mut moved = 0;
         for &(old, new) in changes {
             moved += self.ep.local_ip_changed(old, new);
-        }
-        let conn = self.latest.lock().ok().and_then(|c| c.clone());
-        if let Some(conn) = conn {
-            conn.send_datagram(Bytes::from(vec![0u8; NUDGE_BYTES]))
-                .map_err(|e| io::Error::other(e.to_string()))?;
         }
         Ok(moved > 0)
     }
