@@ -829,4 +829,17 @@ fn a_receiving_client_whose_addresses_all_change_keeps_its_download() {
     };
     assert_eq!(n.app.corrupt, None);
     assert_eq!(n.app.received, size, "every byte");
+    let h = n.endpoint.handles().next().unwrap();
+    let paths = n.endpoint.connection(h).unwrap().path_stats();
+    assert_eq!(
+        paths.len(),
+        2,
+        "no path from a vanished address: {paths:#?}"
+    );
+    assert!(
+        paths
+            .iter()
+            .all(|p| p.local == Some(new_c) || p.local == Some(new_cc)),
+        "{paths:#?}"
+    );
 }

@@ -118,6 +118,9 @@ pub struct Connection {
     pub(crate) peer_addresses: Vec<(u64, SocketAddr)>,
     /// Our `advertise` list must be (re)sent to the peer.
     pub(crate) advertise_pending: bool,
+    /// Our local addresses to open paths from (`ConnectionConfig::local_ips`, as they are
+    /// now: `local_ip_changed` updates them).
+    pub(crate) local_ips: Vec<std::net::IpAddr>,
     /// Addresses the peer withdrew (RemoveAddress): never opened again.
     pub(crate) removed_peer_addresses: Vec<SocketAddr>,
     /// Server: sequence numbers of our advertised addresses we withdrew.
@@ -203,6 +206,7 @@ impl Connection {
             scheduler: config.scheduler.build(),
             peer_addresses: Vec::new(),
             advertise_pending: side == Side::Server && !config.advertise.is_empty(),
+            local_ips: config.local_ips.clone(),
             removed_peer_addresses: Vec::new(),
             withdrawn: Vec::new(),
             remove_pending: Vec::new(),

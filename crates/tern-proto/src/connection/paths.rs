@@ -75,7 +75,7 @@ impl Connection {
         self.paths_opened = true;
         let first = &self.paths[0];
         let mut locals: Vec<Option<IpAddr>> = vec![first.local];
-        for ip in &self.config.local_ips {
+        for ip in &self.local_ips {
             if !locals.contains(&Some(*ip)) {
                 locals.push(Some(*ip));
             }
@@ -285,6 +285,12 @@ impl Connection {
     /// the new address, follows it and revalidates it (§5.4). Returns how many paths moved.
     pub fn local_ip_changed(&mut self, now: Instant, old: IpAddr, new: IpAddr) -> usize {
         let config = self.config.clone();
+        // Paths opened later leave from where we are now, not from where we were.
+        for ip in &mut self.local_ips {
+            if *ip == old {
+                *ip = new;
+            }
+        }
         let mut moved = 0;
         let mut requeue = Vec::new();
         let mut moved_paths = Vec::new();
