@@ -245,8 +245,12 @@ pub struct LinkStat {
     pub delivered_bytes: u64,
     /// Drops by the queue.
     pub dropped_queue: u64,
-    /// Drops by the loss model.
+    /// Drops by the loss model (and fades).
     pub dropped_loss: u64,
+    /// Drops while a scheduled outage darkened the direction (`outage=`; 0 in results files
+    /// written before it existed).
+    #[serde(default)]
+    pub dropped_outage: u64,
     /// Largest queue seen, bytes.
     pub queue_max_bytes: usize,
 }

@@ -625,6 +625,7 @@ impl Net {
                     delivered_bytes: s.delivered_bytes,
                     dropped_queue: s.dropped_queue,
                     dropped_loss: s.dropped_loss,
+                    dropped_outage: s.dropped_outage,
                     queue_max_bytes: s.max_queue_bytes,
                 });
             }

@@ -903,13 +903,15 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                 if let Some(drops) = case.udp_rcvbuf_errors {
                     m.insert("rcvbuf_errors".into(), drops as f64);
                 }
-                // And the emulator's drops (queue and loss model) per direction: `down`
-                // (server → client) is the data's.
+                // And the emulator's drops (queue, loss model and fades, outages) per
+                // direction: `down` (server → client) is the data's.
                 for dir in ["up", "down"] {
                     let links: Vec<_> = case.links.iter().filter(|l| l.dir == dir).collect();
                     if !links.is_empty() {
-                        let drops: u64 =
-                            links.iter().map(|l| l.dropped_queue + l.dropped_loss).sum();
+                        let drops: u64 = links
+                            .iter()
+                            .map(|l| l.dropped_queue + l.dropped_loss + l.dropped_outage)
+                            .sum();
                         m.insert(format!("link_drops_{dir}"), drops as f64);
                     }
                 }
@@ -1358,6 +1360,7 @@ mod tests {
             delivered_bytes: 0,
             dropped_queue: queue,
             dropped_loss: loss,
+            dropped_outage: 0,
             queue_max_bytes: 0,
         };
         let flow = |fct_ms| crate::results::FlowSample {
@@ -1419,6 +1422,7 @@ mod tests {
             delivered_bytes: bytes,
             dropped_queue: 0,
             dropped_loss: 0,
+            dropped_outage: 0,
             queue_max_bytes: 0,
         }
     }
