@@ -5,21 +5,12 @@
 //!
 //! Needs root, /dev/net/tun and `ip netns`; says SKIPPED otherwise.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+mod common;
+
+use std::process::Stdio;
 
 use tern_netem::{Direction, DirectionConfig, DirectionStats, DuplexConfig, EmulationConfig};
 use tern_netem::{Topology, TopologySpec};
-
-/// A child process killed when the test ends, pass or fail.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// One 20 MB `tern perf` from `c` to `s` over a 50 Mbit/s, 20 ms RTT link with a 250 kB queue
 /// and `ecn` settings on the data direction. Returns the client's report line and the data
@@ -36,22 +27,7 @@ fn perf(ecn: &str) -> (String, DirectionStats) {
         .expect("emulator");
     let server_addr = format!("{}:4433", topo.addr("s").expect("server address"));
     let tern = env!("CARGO_BIN_EXE_tern");
-    let mut server = topo.command("s", tern).expect("node");
-    server
-        .args(["perf", "--server", "--listen", &server_addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut server = Killed(server.spawn().expect("server starts"));
-    // It says "… listening on ADDR" on stderr once its socket is bound.
-    let stderr = server.0.stderr.take().expect("piped");
-    let mut lines = BufReader::new(stderr).lines();
-    let ready = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.contains("listening"));
-    assert!(ready, "perf server did not start");
-    // Keep draining its stderr so that it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    let (server, _stderr) = common::perf_server(&topo, "s", &server_addr);
     let out = topo
         .command("c", tern)
         .expect("node")

@@ -5,21 +5,13 @@
 //!
 //! Needs root, /dev/net/tun and `ip netns`; says SKIPPED otherwise.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+mod common;
 
+use std::process::Stdio;
+
+use common::Killed;
 use tern_netem::{Direction, DirectionConfig, DuplexConfig, EmulationConfig};
 use tern_netem::{Topology, TopologySpec};
-
-/// A child process killed when the test ends, pass or fail.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// One 16 MB `tern perf` from `c` to `s` with `client_args`, both paths 20 Mbit/s and 10 ms
 /// each way. Returns the client's stdout and the bytes each path's data direction carried.
@@ -43,20 +35,7 @@ fn perf(client_args: &[&str]) -> (String, [u64; 2]) {
         .expect("emulator");
     let server_ip = topo.addr("s").expect("server address");
     let tern = env!("CARGO_BIN_EXE_tern");
-    let mut server = topo.command("s", tern).expect("node");
-    server
-        .args(["perf", "--server", "--listen", "0.0.0.0:4433"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut server = Killed(server.spawn().expect("server starts"));
-    let stderr = server.0.stderr.take().expect("piped");
-    let mut lines = BufReader::new(stderr).lines();
-    let ready = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .any(|l| l.contains("listening"));
-    assert!(ready, "perf server did not start");
-    std::thread::spawn(move || lines.for_each(drop));
+    let (server, _stderr) = common::perf_server(&topo, "s", "0.0.0.0:4433");
     let target = format!("{server_ip}:4433");
     let mut args = vec!["perf", target.as_str(), "--bytes", "16M"];
     args.extend_from_slice(client_args);
@@ -136,23 +115,7 @@ fn perf_survives_the_client_moving_to_a_new_network() {
         .expect("emulator");
     let server_addr = format!("{}:4433", topo.addr("s").expect("server address"));
     let tern = env!("CARGO_BIN_EXE_tern");
-    let mut server = topo.command("s", tern).expect("node");
-    server
-        .args(["perf", "--server", "--listen", &server_addr])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut server = Killed(server.spawn().expect("server starts"));
-    let stderr = server.0.stderr.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    assert!(
-        rx.iter().any(|l| l.contains("listening")),
-        "perf server did not start"
-    );
+    let (server, rx) = common::perf_server(&topo, "s", &server_addr);
     // 12 MiB at 10 Mbit/s: about ten seconds, so a move two seconds in is mid-transfer.
     let client = topo
         .command("c", tern)
