@@ -298,6 +298,17 @@ pub async fn flows_client<M: Mux>(
     (out, error, Value::Array(stats))
 }
 
+/// Asks the server for a flow of `size` bytes (`F` + size on a new two-way flow, then FIN);
+/// returns the flow's reading half.
+async fn request_flow<M: Mux>(conn: &M::Conn, size: u64) -> io::Result<M::R> {
+    let (mut w, r) = M::open_bi(conn).await?;
+    let mut req = vec![b'F'];
+    req.extend(size.to_be_bytes());
+    w.write_all(&req).await?;
+    w.shutdown().await?;
+    Ok(r)
+}
+
 /// One flow on a new connection. Returns the statistics (`{"client": …}`, and with
 /// `sender_stats` also `"server"`: the sending side's, asked for after the flow) and when
 /// the last byte arrived.
@@ -309,11 +320,7 @@ async fn one_flow<M: Mux>(
 ) -> io::Result<(Value, Instant)> {
     let conn = m.connect().await?;
     let result = async {
-        let (mut w, mut r) = M::open_bi(&conn).await?;
-        let mut req = vec![b'F'];
-        req.extend(size.to_be_bytes());
-        w.write_all(&req).await?;
-        w.shutdown().await?;
+        let mut r = request_flow::<M>(&conn, size).await?;
         let mut buf = vec![0u8; 256 << 10];
         loop {
             let k = r.read(&mut buf).await?;
@@ -406,11 +413,7 @@ pub async fn transfer_client<M: Mux>(
     let reading = {
         let (conn, meter, opened) = (conn.clone(), meter.clone(), opened.clone());
         async move {
-            let (mut w, mut r) = M::open_bi(&conn).await?;
-            let mut req = vec![b'F'];
-            req.extend(size.to_be_bytes());
-            w.write_all(&req).await?;
-            w.shutdown().await?;
+            let mut r = request_flow::<M>(&conn, size).await?;
             let mut buf = vec![0u8; 256 << 10];
             loop {
                 let k = match stop_at {
