@@ -190,6 +190,15 @@ pub trait Controller: Send + fmt::Debug {
         let _ = max_datagram_size;
     }
 
+    /// A measurement of the path's bottleneck rate, in bytes per second, taken outside the
+    /// controller: packet-pair fast start (F11) from the dispersion of a probe train, or a
+    /// router's explicit rate (F12). A controller may start from it (seed its bandwidth model,
+    /// open its window to rate × RTT) instead of probing from scratch; by default it is
+    /// ignored.
+    fn on_rate_estimate(&mut self, now: Instant, bytes_per_second: u64, rtt: &RttEstimator) {
+        let _ = (now, bytes_per_second, rtt);
+    }
+
     /// Congestion window in bytes (rate-based controllers return a cap, e.g. 2×rate×rtt).
     fn window(&self) -> u64;
 
