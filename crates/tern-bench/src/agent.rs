@@ -95,7 +95,7 @@ fn server(spec: &AgentSpec) -> anyhow::Result<()> {
         Proto::Tern => {
             let rt = runtime()?;
             rt.block_on(async {
-                let (ep, key) = ternp::server(spec.addr, &spec.advertise)?;
+                let (ep, key) = ternp::server(spec.addr, &spec.advertise, &spec.tern_mode)?;
                 print_line(&Ready {
                     ready: true,
                     addr: ep.local_addr()?,

@@ -60,6 +60,11 @@ enum Cmd {
         /// flows elsewhere.
         #[arg(long, value_delimiter = ',')]
         tern_mode: Option<Vec<String>>,
+        /// Comma-separated tern congestion controllers (newreno, cubic, and the others
+        /// `tern --help` lists): tern runs once per controller and mode, one results row each
+        /// ("tern-bbr"). Default: tern's default controller.
+        #[arg(long, value_delimiter = ',')]
+        tern_cc: Option<Vec<String>>,
         /// Seed of flow sizes and emulator losses.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -125,6 +130,7 @@ fn main() -> anyhow::Result<()> {
             rtt,
             threads,
             tern_mode,
+            tern_cc,
             seed,
             link,
             count,
@@ -140,6 +146,7 @@ fn main() -> anyhow::Result<()> {
                 rtts: rtt,
                 threads,
                 tern_mode,
+                tern_cc,
                 seed,
                 link_extra: link,
                 count,

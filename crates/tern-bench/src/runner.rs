@@ -228,11 +228,14 @@ impl Net {
         Ok(Agent { child, log })
     }
 
+    /// Starts `proto`'s server for `path`; a tern server runs `tern_mode`'s controller (the
+    /// sender's controller is what a `--tern-cc` row measures, whichever end sends).
     fn start_server(
         &mut self,
         proto: Proto,
         path: usize,
         deadline_s: f64,
+        tern_mode: &str,
     ) -> anyhow::Result<(Agent, Ready)> {
         // Kernel TCP/MPTCP servers listen on every address (MPTCP's extra subflow arrives at
         // the server's second address; background flows use both paths). UDP-based servers
@@ -261,7 +264,7 @@ impl Net {
             credential: None,
             work: None,
             deadline_s,
-            tern_mode: "flows".into(),
+            tern_mode: tern_mode.into(),
             local_ips: vec![],
             advertise,
         };
@@ -330,7 +333,8 @@ impl Net {
                     extras.push(self.start_hog(load, timeout_s + 30.0)?);
                 }
             }
-            let (mut server, ready) = self.start_server(proto, path, timeout_s + 30.0)?;
+            let (mut server, ready) =
+                self.start_server(proto, path, timeout_s + 30.0, tern_mode)?;
             // A multipath tern client, or one that must follow its moves, binds the wildcard
             // address: its first path's source then follows the routes, and it opens its
             // other paths from its other addresses.
@@ -561,7 +565,7 @@ impl Net {
 
     /// One bulk TCP (CUBIC) download per path, from the server to the client, until killed.
     fn start_background(&mut self, deadline_s: f64) -> anyhow::Result<Vec<Agent>> {
-        let (server, ready) = self.start_server(Proto::Tcp, 0, deadline_s)?;
+        let (server, ready) = self.start_server(Proto::Tcp, 0, deadline_s, "flows")?;
         let mut agents = vec![server];
         let paths = if self.kind == NetKind::Dual { 2 } else { 1 };
         for p in 0..paths {

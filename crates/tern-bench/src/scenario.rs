@@ -103,6 +103,9 @@ pub struct RunOpts {
     /// tern driver modes (`flows`, `messages`, `messages:MS`); tern runs once per mode.
     /// `None`: the scenario's default ([`default_tern_modes`]).
     pub tern_mode: Option<Vec<String>>,
+    /// tern congestion controllers (`--tern-cc`): every tern mode runs once per controller
+    /// (`…:cc=NAME`, results rows `tern-NAME`). `None`: tern's default controller only.
+    pub tern_cc: Option<Vec<String>>,
     /// Seed of the flow-size draws and the emulator.
     pub seed: u64,
     /// Extra tern-netem settings for every direction.
@@ -196,6 +199,18 @@ impl Plan {
             None => seed,
         });
         self.profile.emulation(&link)
+    }
+}
+
+/// Every mode once per controller in `controllers` (`flows` × `bbr,copa` → `flows:cc=bbr`,
+/// `flows:cc=copa`); the modes unchanged without controllers.
+pub fn with_controllers(modes: Vec<String>, controllers: Option<&[String]>) -> Vec<String> {
+    match controllers {
+        None | Some([]) => modes,
+        Some(ccs) => modes
+            .iter()
+            .flat_map(|m| ccs.iter().map(move |cc| format!("{m}:cc={cc}")))
+            .collect(),
     }
 }
 
@@ -323,10 +338,12 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
     };
     let q = o.quick;
     let mut cases = Vec::new();
-    let tern_modes = o
-        .tern_mode
-        .clone()
-        .unwrap_or_else(|| default_tern_modes(scenario));
+    let tern_modes = with_controllers(
+        o.tern_mode
+            .clone()
+            .unwrap_or_else(|| default_tern_modes(scenario)),
+        o.tern_cc.as_deref(),
+    );
     for m in &tern_modes {
         crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
     }
@@ -1236,6 +1253,7 @@ mod tests {
             rtts: None,
             threads: None,
             tern_mode: None,
+            tern_cc: None,
             seed: 7,
             link_extra: link.map(Into::into),
             count: None,
@@ -1752,6 +1770,23 @@ mod tests {
         assert_eq!(
             side_stat(&extra, "client", "packets_lost", Agg::Sum),
             Some(9.0)
+        );
+    }
+
+    #[test]
+    fn every_tern_mode_runs_once_per_controller() {
+        let modes = vec!["flows".to_string(), "flows:multipath".to_string()];
+        assert_eq!(with_controllers(modes.clone(), None), modes);
+        assert_eq!(with_controllers(modes.clone(), Some(&[])), modes);
+        let ccs = ["newreno".to_string(), "cubic".to_string()];
+        assert_eq!(
+            with_controllers(modes, Some(&ccs)),
+            [
+                "flows:cc=newreno",
+                "flows:cc=cubic",
+                "flows:multipath:cc=newreno",
+                "flows:multipath:cc=cubic"
+            ]
         );
     }
 }

@@ -93,10 +93,7 @@ pub(crate) async fn client(
 
 /// tern and kernel TCP side by side on loopback, in this process.
 pub(crate) async fn compare_local(sizes: &[usize], count: usize) -> Result<()> {
-    let server = tern::Endpoint::server(
-        "127.0.0.1:0".parse()?,
-        tern::StaticKeypair::generate(tern::entropy()),
-    )?;
+    let server = crate::util::loopback_server()?;
     let addr = server.local_addr()?;
     let key = tern::keys::encode_public(&server.public_key());
     tokio::spawn(serve_on(server));

@@ -28,6 +28,10 @@ struct Cli {
     /// Log level for diagnostics on stderr (error, warn, info, debug, trace).
     #[arg(long, global = true, default_value = "warn")]
     log: String,
+    /// Congestion controller of every connection this command makes or accepts: newreno or
+    /// cubic (the default).
+    #[arg(long, global = true, default_value_t = tern::cc::Algorithm::default())]
+    cc: tern::cc::Algorithm,
 }
 
 #[derive(Subcommand)]
@@ -156,6 +160,7 @@ struct PathArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     util::init_logging(&cli.log);
+    util::set_controller(cli.cc);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -117,10 +117,7 @@ pub(crate) async fn client(
 /// tern and kernel TCP over loopback, side by side in one run. CPU time is the whole
 /// process (sender and receiver), for both.
 pub(crate) async fn compare_local(bytes: u64, time: Option<f64>) -> Result<()> {
-    let server = tern::Endpoint::server(
-        "127.0.0.1:0".parse()?,
-        tern::StaticKeypair::generate(tern::entropy()),
-    )?;
+    let server = crate::util::loopback_server()?;
     let addr = server.local_addr()?;
     let key = tern::keys::encode_public(&server.public_key());
     tokio::spawn(serve_on(server, false));
@@ -136,8 +133,9 @@ pub(crate) async fn compare_local(bytes: u64, time: Option<f64>) -> Result<()> {
         took,
         cpu,
         &format!(
-            "  (encrypted; lost {} pkts, {} spurious; ECN {}; GSO {} segments/send, GRO {} \
+            "  (encrypted; cc {}; lost {} pkts, {} spurious; ECN {}; GSO {} segments/send, GRO {} \
              segments/receive)",
+            util::controller(),
             s.packets_lost,
             s.spurious_losses,
             s.ecn,

@@ -345,10 +345,7 @@ async fn demo_in(dir: &Path) -> Result<()> {
         fs::write(&source, &data).await?;
     }
     println!("tern demo: a server and a client on loopback (UDP), Noise IK, AES-256-GCM\n");
-    let server = tern::Endpoint::server(
-        "127.0.0.1:0".parse()?,
-        tern::StaticKeypair::generate(tern::entropy()),
-    )?;
+    let server = crate::util::loopback_server()?;
     let addr = server.local_addr()?;
     let key = tern::keys::encode_public(&server.public_key());
     println!("server on {addr}, key {key}");

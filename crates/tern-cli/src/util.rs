@@ -9,6 +9,36 @@ use tern::{Endpoint, PublicKey, StaticKeypair};
 
 use crate::{PathArgs, ServerArgs};
 
+/// The congestion controller every endpoint of this process runs (`--cc`, a global option:
+/// set once in `main` before any endpoint is made).
+static CONTROLLER: std::sync::OnceLock<tern::cc::Algorithm> = std::sync::OnceLock::new();
+
+/// Sets the controller of every endpoint this process makes (once; later calls are ignored).
+pub(crate) fn set_controller(cc: tern::cc::Algorithm) {
+    let _ = CONTROLLER.set(cc);
+}
+
+/// The controller set with `--cc`, for reports.
+pub(crate) fn controller() -> tern::cc::Algorithm {
+    CONTROLLER.get().copied().unwrap_or_default()
+}
+
+/// Applies the process-wide settings (`--cc`) to an endpoint's configuration.
+fn apply_globals(config: &mut tern::EndpointConfig) {
+    config.connection.congestion = controller().factory();
+}
+
+/// A server on an ephemeral loopback port with a new key, for the in-process comparisons
+/// and the demo.
+pub(crate) fn loopback_server() -> Result<Endpoint> {
+    Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .server()
+        .configure(apply_globals)
+        .build()
+        .context("cannot listen on loopback")
+}
+
 pub(crate) fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -100,7 +130,10 @@ pub(crate) fn bind_server(args: &ServerArgs, what: &str) -> Result<Endpoint> {
     let ep = Endpoint::builder(pair)
         .bind(listen)
         .server()
-        .configure(|c| c.connection.advertise = advertise.clone())
+        .configure(|c| {
+            c.connection.advertise = advertise.clone();
+            apply_globals(c);
+        })
         .build()
         .with_context(|| format!("cannot listen on {listen}"))?;
     let key = tern::keys::encode_public(&ep.public_key());
@@ -153,6 +186,7 @@ pub(crate) async fn connect(
         .configure(|c| {
             c.connection.local_ips = local_ips;
             c.connection.scheduler = scheduler;
+            apply_globals(c);
         })
         .build()?;
     let conn = ep

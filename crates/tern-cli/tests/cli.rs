@@ -230,3 +230,26 @@ fn a_full_disk_is_reported_to_the_sender() {
     let err = stderr(&out);
     assert!(err.to_lowercase().contains("no space"), "{err}");
 }
+
+#[test]
+fn the_congestion_controller_is_chosen_by_name() {
+    // Every built-in controller carries a transfer; the report names the one that ran.
+    for cc in tern::cc::Algorithm::ALL {
+        let out = tern()
+            .args(["perf", "--compare-tcp", "--bytes", "4M", "--cc", cc.name()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{cc}: {text}{}", stderr(&out));
+        assert!(text.contains(&format!("cc {cc};")), "{cc}: {text}");
+    }
+    // An unknown name is refused before anything starts, with the known names.
+    let out = tern().args(["--cc", "vegas", "demo"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("unknown congestion control algorithm \"vegas\""),
+        "{err}"
+    );
+    assert!(err.contains("cubic"), "{err}");
+}

@@ -37,31 +37,57 @@ pub enum TernMode {
     },
 }
 
+/// Splits a tern mode into the way requests are carried and the congestion controller it
+/// names with a last `:cc=NAME` (how `--tern-cc` reaches the agents: `flows:cc=bbr`).
+pub fn split_cc(mode: &str) -> (&str, Option<&str>) {
+    match mode.rsplit_once(":cc=") {
+        Some((rest, cc)) => (rest, Some(cc)),
+        None => (mode, None),
+    }
+}
+
+/// The congestion controller a tern mode names (`…:cc=NAME`); `None`: tern's default.
+pub fn controller_of(mode: &str) -> Result<Option<tern::cc::Algorithm>, String> {
+    split_cc(mode)
+        .1
+        .map(|name| {
+            name.parse()
+                .map_err(|e: tern::cc::UnknownAlgorithm| e.to_string())
+        })
+        .transpose()
+}
+
 /// Whether a `--tern-mode` asks for every path (`…:multipath`).
 pub fn is_multipath(mode: &str) -> bool {
-    mode.ends_with(":multipath")
+    split_cc(mode).0.ends_with(":multipath")
 }
 
 /// The results row name of a `--tern-mode`: [`TernMode::label`], plus `-mp` for
-/// `…:multipath` (tern on every path: `tern-mp`).
+/// `…:multipath` (tern on every path: `tern-mp`), plus `-NAME` for a controller named with
+/// `:cc=NAME` (`tern-bbr`, `tern-mp-copa`).
 pub fn label_for(mode: &str) -> Result<String, String> {
-    let label = TernMode::parse(mode)?.label();
-    Ok(if is_multipath(mode) {
-        format!("{label}-mp")
-    } else {
-        label
-    })
+    let mut label = TernMode::parse(mode)?.label();
+    if is_multipath(mode) {
+        label += "-mp";
+    }
+    if let Some(cc) = controller_of(mode)? {
+        label = format!("{label}-{cc}");
+    }
+    Ok(label)
 }
 
 impl TernMode {
     /// Parses `flows` or `messages[:MS][:redundant]`, each optionally followed by
-    /// `:multipath` (which [`is_multipath`] reads; the way requests are carried is the same).
+    /// `:multipath` (which [`is_multipath`] reads; the way requests are carried is the same)
+    /// and by `:cc=NAME` (a built-in congestion controller, which [`controller_of`] reads).
     pub fn parse(s: &str) -> Result<Self, String> {
         let bad = || {
             format!(
                 "unknown --tern-mode {s:?} (flows or messages[:MS][:redundant], then optionally :multipath)"
             )
         };
+        controller_of(s)?;
+        let s = split_cc(s).0;
         let s = s.strip_suffix(":multipath").unwrap_or(s);
         let mut parts = s.split(':');
         match parts.next() {
@@ -116,7 +142,8 @@ fn reply_request(data: &[u8]) -> Option<(u32, bool)> {
     (kind == b'R').then_some((reply, rest.get(4) == Some(&1)))
 }
 
-fn config(server: bool) -> tern::EndpointConfig {
+/// The endpoint configuration of a tern agent in `mode` (which may name its controller).
+fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfig> {
     let mut cfg = tern::EndpointConfig::new(
         tern::StaticKeypair::generate(tern::entropy()),
         tern::entropy(),
@@ -127,22 +154,29 @@ fn config(server: bool) -> tern::EndpointConfig {
     // Open-loop request streams can pile up on a saturated link; do not let the flow limit
     // (rather than the link) decide the latency. quinn gets the same treatment.
     cfg.connection.flows.max_concurrent_bidi = 100_000;
-    cfg
+    if let Some(cc) = controller_of(mode).map_err(io::Error::other)? {
+        cfg.connection.congestion = cc.factory();
+    }
+    Ok(cfg)
 }
 
 /// Starts a server; returns it and its public key to print. With `advertise` (the
 /// server's other addresses) it listens on every address of the port and advertises those
 /// (AddAddress), so that a multipath client opens a path to each.
-pub fn server(addr: SocketAddr, advertise: &[IpAddr]) -> io::Result<(tern::Endpoint, String)> {
+pub fn server(
+    addr: SocketAddr,
+    advertise: &[IpAddr],
+    mode: &str,
+) -> io::Result<(tern::Endpoint, String)> {
     let ep = if advertise.is_empty() {
-        tern::Endpoint::bind(addr, config(true))?
+        tern::Endpoint::bind(addr, config(true, mode)?)?
     } else {
         let socket = std::net::UdpSocket::bind(SocketAddr::new(
             IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             addr.port(),
         ))?;
         let port = socket.local_addr()?.port();
-        let cfg = config(true);
+        let cfg = config(true, mode)?;
         let keypair = cfg.keypair.clone();
         let advertise: Vec<SocketAddr> = advertise
             .iter()
@@ -271,11 +305,11 @@ impl TernClient {
         mode: &str,
         paths: Paths,
     ) -> io::Result<Self> {
+        let mut cfg = config(false, mode)?;
         let mode = TernMode::parse(mode).map_err(io::Error::other)?;
         let key =
             tern::PublicKey::parse(key.trim()).map_err(|e| io::Error::other(format!("{e:?}")))?;
         let local = SocketAddr::new(bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), 0);
-        let mut cfg = config(false);
         match paths {
             Paths::One => cfg.connection.max_paths = 1,
             Paths::Multi(ips) => cfg.connection.local_ips = ips,
@@ -481,5 +515,25 @@ mod tests {
         assert!(!is_multipath("flows"));
         assert!(label_for("multipath").is_err());
         assert!(label_for("flows:multipath:multipath").is_err());
+    }
+
+    #[test]
+    fn a_mode_names_its_controller_last() {
+        assert_eq!(label_for("flows:cc=newreno").unwrap(), "tern-newreno");
+        assert_eq!(
+            label_for("messages:150:multipath:cc=cubic").unwrap(),
+            "tern-msg-150ms-mp-cubic"
+        );
+        assert!(is_multipath("flows:multipath:cc=cubic"));
+        assert_eq!(
+            controller_of("flows:cc=reno").unwrap(),
+            Some(tern::cc::Algorithm::NewReno)
+        );
+        assert_eq!(controller_of("flows").unwrap(), None);
+        let err = label_for("flows:cc=nonesuch").unwrap_err();
+        assert!(err.contains("nonesuch"), "{err}");
+        assert!(TernMode::parse("flows:cc=nonesuch").is_err());
+        // The controller is stripped before the mode is read.
+        assert_eq!(TernMode::parse("flows:cc=cubic").unwrap(), TernMode::Flows);
     }
 }

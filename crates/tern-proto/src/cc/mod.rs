@@ -340,9 +340,14 @@ impl fmt::Display for UnknownAlgorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "unknown congestion control algorithm {:?} (known: newreno, cubic)",
+            "unknown congestion control algorithm {:?} (known: ",
             self.0
-        )
+        )?;
+        for (i, a) in Algorithm::ALL.iter().enumerate() {
+            f.write_str(if i == 0 { "" } else { ", " })?;
+            f.write_str(a.name())?;
+        }
+        f.write_str(")")
     }
 }
 
