@@ -523,6 +523,19 @@ impl<N: Node> Simulation<N> {
         id
     }
 
+    /// Sends datagrams `from -> to` over an existing `link` as well: several pairs of hosts
+    /// then share its rate and queue (a common bottleneck; multi-hop forwarding is not
+    /// modelled). Delivery is by destination address, so the link carries each datagram to
+    /// its own host. [`Simulation::link_ends`] keeps naming the pair the link was made for.
+    ///
+    /// # Panics
+    /// If a route `from -> to` already exists (a scenario bug).
+    pub fn add_route(&mut self, from: IpAddr, to: IpAddr, link: LinkId) {
+        if self.routes.insert((from, to), link).is_some() {
+            panic!("add_route: a link {from} -> {to} already exists");
+        }
+    }
+
     /// Adds `a -> b` and `b -> a` with the same configuration (each with its own randomness).
     pub fn add_duplex(&mut self, a: IpAddr, b: IpAddr, config: LinkConfig) -> (LinkId, LinkId) {
         let ab = self.add_link(a, b, config.clone());
@@ -657,9 +670,10 @@ impl<N: Node> Simulation<N> {
         for &((from, to), id) in &moved {
             let (from, to) = (rekey(from), rekey(to));
             self.routes.insert((from, to), id);
+            // A shared link keeps the pair it was made for: rename only the moved end.
             let slot = &mut self.links[id.index()];
-            slot.from = from;
-            slot.to = to;
+            slot.from = rekey(slot.from);
+            slot.to = rekey(slot.to);
         }
         self.hosts[host.index()].addrs[pos] = new;
         self.owners.remove(&old);

@@ -237,6 +237,8 @@ pub struct BulkSender {
     /// first 8 bytes and the payload pattern of "flow" 1000 + i after that.
     pub messages: Vec<(usize, tern_proto::MessageOptions)>,
     messages_sent: bool,
+    /// Connect no earlier than this (a flow that joins a running competition).
+    pub start_at: Option<Instant>,
 }
 
 impl BulkSender {
@@ -255,6 +257,7 @@ impl BulkSender {
             closed: false,
             messages: Vec::new(),
             messages_sent: false,
+            start_at: None,
         }
     }
 }
@@ -263,6 +266,7 @@ impl App for BulkSender {
     fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
         let handle = match self.conn {
             Some(h) => h,
+            None if self.start_at.is_some_and(|t| now < t) => return,
             None => {
                 let h = ep
                     .connect(now, self.server, self.server_key)
@@ -328,6 +332,10 @@ impl App for BulkSender {
 
     fn is_done(&self) -> bool {
         self.error.is_some() || self.finished == self.sizes.len()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.start_at.filter(|_| self.conn.is_none())
     }
 }
 
@@ -625,6 +633,103 @@ impl Transfer {
         sim.add_link(s.ip(), c.ip(), self.downlink.clone());
         sim
     }
+}
+
+/// One flow of a [`SharedBottleneck`]: a bulk transfer from its own client to its own server.
+#[derive(Clone, Debug)]
+pub struct Competitor {
+    /// Bytes to send.
+    pub size: u64,
+    /// Adjusts both of this pair's endpoints (e.g. its congestion controller).
+    pub configure: fn(&mut EndpointConfig),
+    /// When the client connects, after the start of the simulation.
+    pub start: Duration,
+}
+
+/// Several bulk transfers through one bottleneck: pair i is client 10.1.0.i → server
+/// 10.2.0.i; every client's datagrams cross the same `bottleneck` link (one rate, one
+/// queue), and each server's acknowledgements come back over a `reverse` link of its own. The
+/// servers record their delivery timelines, for goodput and fairness over time.
+#[derive(Clone, Debug)]
+pub struct SharedBottleneck {
+    /// Simulation seed.
+    pub seed: u64,
+    /// The shared client → server link.
+    pub bottleneck: crate::LinkConfig,
+    /// Each server → client link.
+    pub reverse: crate::LinkConfig,
+    /// The flows.
+    pub flows: Vec<Competitor>,
+}
+
+impl SharedBottleneck {
+    /// The client and server addresses of pair `i`.
+    pub fn addrs(i: usize) -> (SocketAddr, SocketAddr) {
+        let i = u8::try_from(i + 1).expect("at most 255 flows");
+        (
+            SocketAddr::from(([10, 1, 0, i], 5000)),
+            SocketAddr::from(([10, 2, 0, i], 4433)),
+        )
+    }
+
+    /// Builds the simulation: hosts 2i (client) and 2i + 1 (server) for flow i.
+    pub fn build(&self) -> crate::Simulation<PairHost> {
+        let mut sim = crate::Simulation::new(self.seed);
+        let now = sim.now();
+        let mut bottleneck = None;
+        for (i, flow) in self.flows.iter().enumerate() {
+            let (c, s) = Self::addrs(i);
+            let seed = self.seed.wrapping_add(i as u64 * 1000);
+            let mut server_cfg = endpoint_config(seed, true);
+            (flow.configure)(&mut server_cfg);
+            let mut client_cfg = endpoint_config(seed, false);
+            (flow.configure)(&mut client_cfg);
+            let server_ep = Endpoint::new(server_cfg, now);
+            let mut sender = BulkSender::new(s, Some(server_ep.public_key()), vec![flow.size]);
+            sender.start_at = Some(now + flow.start);
+            let mut rx = VerifyingReceiver::new(1);
+            rx.record_timeline = true;
+            sim.add_host(
+                PairHost::Client(TernNode::new(Endpoint::new(client_cfg, now), c, sender)),
+                &[c.ip()],
+            );
+            sim.add_host(PairHost::Server(TernNode::new(server_ep, s, rx)), &[s.ip()]);
+            match bottleneck {
+                None => bottleneck = Some(sim.add_link(c.ip(), s.ip(), self.bottleneck.clone())),
+                Some(link) => sim.add_route(c.ip(), s.ip(), link),
+            }
+            sim.add_link(s.ip(), c.ip(), self.reverse.clone());
+        }
+        sim
+    }
+
+    /// The receiver of flow `i`.
+    pub fn receiver(sim: &crate::Simulation<PairHost>, i: usize) -> &TernNode<VerifyingReceiver> {
+        let host = sim.hosts().nth(2 * i + 1).expect("flow i has a server");
+        match sim.node(host) {
+            PairHost::Server(n) => n,
+            PairHost::Client(_) => unreachable!("servers are the odd hosts"),
+        }
+    }
+
+    /// The sender of flow `i`.
+    pub fn sender(sim: &crate::Simulation<PairHost>, i: usize) -> &TernNode<BulkSender> {
+        let host = sim.hosts().nth(2 * i).expect("flow i has a client");
+        match sim.node(host) {
+            PairHost::Client(n) => n,
+            PairHost::Server(_) => unreachable!("clients are the even hosts"),
+        }
+    }
+}
+
+/// Jain's fairness index of `rates`: 1 when all are equal, 1/n when one takes everything.
+pub fn jain_index(rates: &[f64]) -> f64 {
+    let sum: f64 = rates.iter().sum();
+    let squares: f64 = rates.iter().map(|r| r * r).sum();
+    if squares <= 0.0 {
+        return 1.0;
+    }
+    sum * sum / (rates.len() as f64 * squares)
 }
 
 /// Accessors for the two hosts of a [`Transfer`] simulation.

@@ -329,7 +329,7 @@ pub struct PathStats {
     pub cwnd: u64,
     /// Bytes sent and not yet acknowledged or lost.
     pub bytes_in_flight: u64,
-    /// Largest datagram sent on the path.
+    /// The datagram size the path uses now: the largest UDP payload it sends (its MTU).
     pub max_datagram_size: u16,
     /// Datagram bytes sent and received on the path.
     pub bytes_sent: u64,
