@@ -36,6 +36,12 @@ pub fn colour(name: &str) -> RGBColor {
         "rtp" => RGBColor(188, 189, 34),
         "udt" => RGBColor(255, 127, 14),
         "srt" => RGBColor(140, 86, 75),
+        // tern with a named controller (`--tern-cc`, the `cc` scenario): one colour each.
+        n if n.starts_with("tern") && n.ends_with("-newreno") => RGBColor(255, 152, 150),
+        n if n.starts_with("tern") && n.ends_with("-cubic") => RGBColor(214, 39, 40),
+        n if n.starts_with("tern") && n.ends_with("-bbr") => RGBColor(140, 20, 20),
+        n if n.starts_with("tern") && n.ends_with("-udt") => RGBColor(255, 187, 120),
+        n if n.starts_with("tern") && n.ends_with("-copa") => RGBColor(227, 119, 194),
         // tern's message modes: the same hue, darker; with a deadline, pink.
         "tern-msg" => RGBColor(140, 20, 20),
         n if n.starts_with("tern-msg-") => RGBColor(227, 119, 194),
@@ -559,6 +565,47 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                     },
                 );
             }
+        }
+        "cc" => {
+            // The Pantheon view: one point per scheme, throughput against the queueing delay
+            // it built (delay axis on a log scale; better is up and to the left).
+            let bulk: Vec<&Row> = rows.iter().filter(|r| pval(r, "load") == "bulk").collect();
+            let series = by_protocol(&bulk, |r| r.metric("queue_delay_p95_ms"), "goodput_mbps");
+            let caption = format!(
+                "Controllers, {prof}: 20 s bulk, throughput vs 95th-percentile queueing delay"
+            );
+            let t = caption.clone();
+            draw("plane".into(), caption, &move |p| {
+                line_chart(
+                    p,
+                    &t,
+                    (
+                        "95th-percentile queueing delay (ms, log; better ←)",
+                        "throughput (Mbit/s)",
+                    ),
+                    &series,
+                    (true, false),
+                )
+            });
+            let protos = run.protocols();
+            let p99: Vec<(String, Vec<f64>)> = vec![(
+                "p99".into(),
+                protos
+                    .iter()
+                    .map(|p| {
+                        rows.iter()
+                            .filter(|r| &r.protocol == p && r.metric("rtt_p99_ms").is_some())
+                            .find_map(|r| r.metric("rtt_p99_ms"))
+                            .unwrap_or(f64::NAN)
+                    })
+                    .collect(),
+            )];
+            let caption = format!("Controllers, {prof}: MAR requests, 99th-percentile RTT");
+            let t = caption.clone();
+            let cats = protos.clone();
+            draw("mar-p99".into(), caption, &move |p| {
+                bar_chart(p, &t, "p99 RTT (ms)", &cats, &p99)
+            });
         }
         "startup" | "bulk" => {
             let protos = run.protocols();

@@ -156,12 +156,33 @@ pub struct LinkOptions {
     pub link_traces: Vec<(String, (PathBuf, PathBuf))>,
 }
 
+/// The real LTE and 5G traces shipped with tern-bench (`crates/tern-bench/traces`, sources
+/// in its README).
+pub fn shipped_traces() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("traces")
+}
+
 /// The up and down trace files for `--trace FILE`: `X.up`/`X.down` pairs are used as such,
-/// any other file for both directions.
+/// any other file for both directions. A FILE that is not a path to a file is looked up among
+/// the [`shipped_traces`], also as the stem of a pair (`TMobile-LTE-short`).
 pub fn trace_pair(file: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
-    if !file.exists() {
-        bail!("trace {} does not exist", file.display());
-    }
+    let shipped = shipped_traces();
+    let found = [
+        file.to_path_buf(),
+        shipped.join(file),
+        shipped.join(format!("{}.up", file.display())),
+        shipped.join(format!("{}.down", file.display())),
+    ]
+    .into_iter()
+    .find(|f| f.is_file());
+    let Some(file) = found else {
+        bail!(
+            "trace {} does not exist (nor among the shipped traces in {})",
+            file.display(),
+            shipped.display()
+        );
+    };
+    let file = file.as_path();
     let s = file.to_string_lossy();
     for (a, b) in [(".up", ".down"), (".down", ".up")] {
         if let Some(stem) = s.strip_suffix(a) {
@@ -292,5 +313,36 @@ mod tests {
             .ideal_rpc_ms(&LinkOptions::default(), 4500, 100)
             .unwrap();
         assert!((i - 36.2267).abs() < 1e-3, "{i}");
+    }
+
+    #[test]
+    fn shipped_traces_are_found_by_name() {
+        let (up, down) = trace_pair(Path::new("TMobile-LTE-short")).unwrap();
+        assert!(
+            up.ends_with("traces/TMobile-LTE-short.up"),
+            "{}",
+            up.display()
+        );
+        assert!(
+            down.ends_with("traces/TMobile-LTE-short.down"),
+            "{}",
+            down.display()
+        );
+        let (up, down) = trace_pair(Path::new("Verizon-LTE-short.down")).unwrap();
+        assert!(up.ends_with("Verizon-LTE-short.up") && down.ends_with("Verizon-LTE-short.down"));
+        // A one-direction trace serves both directions.
+        let five_g = "5G-UCC-driving-20200116_095656-s260-98s.down";
+        let (up, down) = trace_pair(Path::new(five_g)).unwrap();
+        assert_eq!(up, down);
+        // Every shipped trace is a valid mahimahi trace with the mean its README states.
+        let mean = trace_mean_mbps(&shipped_traces().join("TMobile-LTE-short.down")).unwrap();
+        assert!((mean - 16.70).abs() < 0.05, "{mean}");
+        let err = trace_pair(Path::new("no-such-trace"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no-such-trace") && err.contains("shipped"),
+            "{err}"
+        );
     }
 }

@@ -89,6 +89,19 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("window_resume_ms", "reopen→data ms", 1.0, 0),
             ("goodput_mbps", "goodput Mbit/s", 1.0, 1),
         ],
+        "cc" => vec![
+            ("goodput_mbps", "throughput Mbit/s", 1.0, 1),
+            ("utilisation_pct", "util %", 1.0, 0),
+            ("queue_delay_mean_ms", "qdelay mean ms", 1.0, 1),
+            ("queue_delay_p95_ms", "qdelay p95 ms", 1.0, 1),
+            ("goodput_vs_tcp-bbr", "tput/BBR", 1.0, 2),
+            ("queue_delay_p95_vs_tcp-bbr", "qdelay95/BBR", 1.0, 2),
+            ("rtt_p50_ms", "MAR p50 ms", 1.0, 1),
+            ("rtt_p99_ms", "MAR p99 ms", 1.0, 1),
+            ("rtt_p99_vs_tcp", "p99/TCP", 1.0, 2),
+            ("rtt_p99_vs_quic", "p99/quinn", 1.0, 2),
+            ("lost_pct", "unanswered %", 1.0, 1),
+        ],
         _ => vec![],
     }
 }

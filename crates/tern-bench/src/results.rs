@@ -253,6 +253,13 @@ pub struct LinkStat {
     pub dropped_outage: u64,
     /// Largest queue seen, bytes.
     pub queue_max_bytes: usize,
+    /// Mean time a packet spent in the emulator's queue, ms (the queueing delay the
+    /// protocols built; `None` when no packet was queued, and in older results files).
+    #[serde(default)]
+    pub queue_delay_mean_ms: Option<f64>,
+    /// 95th percentile of that time, ms (within about 5 %: a log-scale histogram).
+    #[serde(default)]
+    pub queue_delay_p95_ms: Option<f64>,
 }
 
 /// A derived row: one protocol at one point of the scenario.

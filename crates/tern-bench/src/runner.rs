@@ -631,11 +631,18 @@ impl Net {
                     dropped_loss: s.dropped_loss,
                     dropped_outage: s.dropped_outage,
                     queue_max_bytes: s.max_queue_bytes,
+                    queue_delay_mean_ms: s.queue_delay.mean().map(ms),
+                    queue_delay_p95_ms: s.queue_delay.quantile(0.95).map(ms),
                 });
             }
         }
         out
     }
+}
+
+/// A duration in milliseconds.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 /// What to undo after a case.

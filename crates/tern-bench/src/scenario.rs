@@ -27,6 +27,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("echo-sizes", "SLTP: echo round trips of 64 B–1 MB, with a CPU hog at 0–100 % load"),
     ("multipath", "Viscous: 30 s bulk on one path, two equal paths (50 + 50 Mbit/s, 20 ms) and two unequal ones (+ 10 Mbit/s, 80 ms): goodput against one path and the sum"),
     ("handover", "SLTP/Viscous: a 100 MB transfer with a mobility event at 5 s (the client moves, a path goes dark, every address changes, a window-closed handover): bytes lost and the longest stall"),
+    ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
 
 /// When the mobility event of `handover` happens, ms after the client starts.
@@ -202,6 +203,14 @@ impl Plan {
     }
 }
 
+/// The names of every built-in tern controller.
+fn tern_proto_names() -> Vec<String> {
+    tern::cc::Algorithm::ALL
+        .iter()
+        .map(|a| a.name().to_string())
+        .collect()
+}
+
 /// Every mode once per controller in `controllers` (`flows` × `bbr,copa` → `flows:cc=bbr`,
 /// `flows:cc=copa`); the modes unchanged without controllers.
 pub fn with_controllers(modes: Vec<String>, controllers: Option<&[String]>) -> Vec<String> {
@@ -218,7 +227,8 @@ pub fn with_controllers(modes: Vec<String>, controllers: Option<&[String]>) -> V
 /// (mar, echo-sizes), one flow per request or transfer elsewhere.
 pub fn default_tern_modes(scenario: &str) -> Vec<String> {
     match scenario {
-        "mar" | "echo-sizes" => vec!["messages".into()],
+        // cc: reliable messages for its MAR load (its bulk load is one flow in any mode).
+        "mar" | "echo-sizes" | "cc" => vec!["messages".into()],
         // tern on path 1, as the others, and tern on both paths (row `tern-mp`).
         "short-flows" => vec!["flows".into(), "flows:multipath".into()],
         // (multipath and handover say per case whether tern uses every path)
@@ -244,6 +254,7 @@ fn default_protocols(scenario: &str) -> Vec<Proto> {
         "echo-sizes" => vec![Tern, Tcp, Quic, Udp, Udt, Srt],
         "multipath" => vec![Tern, Tcp, Mptcp],
         "handover" => vec![Tern, Mptcp, Quic, Tcp],
+        "cc" => vec![Tern, Tcp, TcpBbr, Quic],
         _ => vec![],
     }
 }
@@ -338,11 +349,18 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
     };
     let q = o.quick;
     let mut cases = Vec::new();
+    // `cc` ranks every built-in controller unless told which.
+    let every_controller: Vec<String> = tern_proto_names();
+    let controllers = match (&o.tern_cc, scenario) {
+        (Some(list), _) => Some(list.as_slice()),
+        (None, "cc") => Some(every_controller.as_slice()),
+        (None, _) => None,
+    };
     let tern_modes = with_controllers(
         o.tern_mode
             .clone()
             .unwrap_or_else(|| default_tern_modes(scenario)),
-        o.tern_cc.as_deref(),
+        controllers,
     );
     for m in &tern_modes {
         crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
@@ -725,6 +743,55 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                 cases.push(def);
             }
         }
+        "cc" => {
+            let secs: u64 = if q { 10 } else { 20 };
+            let per_size = o.count.unwrap_or(if q { 30 } else { 100 });
+            // What the link can carry toward the client (the bulk data's direction).
+            let capacity = match &trace {
+                Some((_, down)) => crate::profile::trace_mean_mbps(down),
+                None => profile.down_mbps,
+            };
+            settings["duration_s"] = json!(secs);
+            let mut bulk = CaseDef::new(
+                params(&[
+                    ("load", json!("bulk")),
+                    ("loss", json!(losses[0])),
+                    ("capacity_mbps", json!(capacity)),
+                ]),
+                link(losses[0], None),
+                Work::Transfer(TransferPlan {
+                    size: u64::MAX,
+                    duration_ms: Some(secs * 1000),
+                    timeout_ms: (secs + 20) * 1000,
+                    multipath: false,
+                    window_ms: None,
+                    follow_address: false,
+                    resume_after_ms: None,
+                    bin_ms: 100,
+                    event_at_ms: None,
+                }),
+                profile.net,
+            );
+            bulk.timeout_s = secs as f64 + 30.0;
+            cases.push(bulk);
+            let plan = RpcPlan {
+                sizes: MAR_SIZES.to_vec(),
+                per_size,
+                interval_ms: Some(1000.0 / 30.0),
+                reply: Some(MAR_REPLY),
+                drain_ms: if q { 1_500 } else { 3_000 },
+            };
+            let phase_s = f64::from(per_size) / 30.0 + plan.drain_ms as f64 / 1e3 + 2.0;
+            settings["rpc"] = serde_json::to_value(&plan)?;
+            let mut mar = CaseDef::new(
+                params(&[("load", json!("mar")), ("loss", json!(losses[0]))]),
+                link(losses[0], None),
+                Work::Rpc(plan),
+                profile.net,
+            );
+            mar.timeout_s = phase_s * MAR_SIZES.len() as f64 + 20.0;
+            cases.push(mar);
+        }
         _ => unreachable!(),
     }
     let wanted = o
@@ -956,12 +1023,23 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                     metrics: transfer_metrics(case),
                 });
             }
+            "cc" => rows.push(Row {
+                protocol: case.protocol.clone(),
+                params: base,
+                metrics: controller_metrics(case),
+            }),
             _ => {}
         }
     }
     match run.scenario.as_str() {
         "multipath" => multipath_ratios(&mut rows),
         "handover" => {}
+        // The goal is stated against BBR (throughput, delay) and TCP and quinn (MAR p99).
+        "cc" => {
+            for base in ["tcp", "tcp-bbr", "quic"] {
+                add_ratio(&mut rows, base);
+            }
+        }
         _ => add_ratio(&mut rows, "tcp"),
     }
     // JSON has no NaN: a metric that cannot be computed (no samples) is left out.
@@ -969,6 +1047,54 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
         r.metrics.retain(|_, v| v.is_finite());
     }
     rows
+}
+
+/// The metrics of a `cc` case.
+///
+/// - `load=bulk`: `goodput_mbps` (first byte to last), `utilisation_pct` (of the link's
+///   capacity toward the client: the profile's rate or the trace's mean), and the queueing
+///   delay the sender built at the bottleneck, `queue_delay_mean_ms` and
+///   `queue_delay_p95_ms` (each packet's time in the emulator's queue on the data's way,
+///   server → client);
+/// - `load=mar`: every request of every size together: `rtt_p50_ms`, `rtt_p99_ms`,
+///   `lost_pct` (not answered), and the queueing delay on the requests' way (client → server).
+fn controller_metrics(case: &Case) -> BTreeMap<String, f64> {
+    let bulk = case.params.get("load").and_then(Value::as_str) == Some("bulk");
+    let mut m = if bulk {
+        transfer_metrics(case)
+    } else {
+        let rtts: Vec<f64> = case.rpc.iter().filter_map(|s| s.rtt_ms).collect();
+        let n = case.rpc.len() as f64;
+        let mut m = BTreeMap::new();
+        m.insert("n".into(), n);
+        m.insert(
+            "lost_pct".into(),
+            100.0 * (n - rtts.len() as f64) / n.max(1.0),
+        );
+        m.insert("rtt_p50_ms".into(), stats::median(&rtts));
+        m.insert("rtt_p99_ms".into(), stats::percentile(&rtts, 99.0));
+        m
+    };
+    if let (true, Some(goodput), Some(capacity)) = (
+        bulk,
+        m.get("goodput_mbps").copied(),
+        case.params.get("capacity_mbps").and_then(Value::as_f64),
+    ) {
+        m.insert("utilisation_pct".into(), 100.0 * goodput / capacity);
+    }
+    let dir = if bulk { "down" } else { "up" };
+    // The busiest queue on that way is the bottleneck's.
+    if let Some(l) = case.links.iter().filter(|l| l.dir == dir).max_by(|a, b| {
+        a.queue_delay_p95_ms
+            .unwrap_or(0.0)
+            .total_cmp(&b.queue_delay_p95_ms.unwrap_or(0.0))
+    }) {
+        if let (Some(mean), Some(p95)) = (l.queue_delay_mean_ms, l.queue_delay_p95_ms) {
+            m.insert("queue_delay_mean_ms".into(), mean);
+            m.insert("queue_delay_p95_ms".into(), p95);
+        }
+    }
+    m
 }
 
 /// The metrics of a metered transfer (`multipath`, `handover`).
@@ -1170,6 +1296,11 @@ pub fn headline(scenario: &str) -> Vec<(&'static str, &'static str)> {
         "bulk" => vec![("goodput_mbps", "goodput"), ("cpu_s_per_gb", "cpu")],
         "multipath" => vec![("goodput_mbps", "goodput")],
         "handover" => vec![("stall_ms", "stall"), ("bytes_lost", "lost")],
+        "cc" => vec![
+            ("goodput_mbps", "goodput"),
+            ("queue_delay_p95_ms", "qdelay95"),
+            ("rtt_p99_ms", "p99"),
+        ],
         _ => vec![],
     }
 }
@@ -1196,6 +1327,7 @@ fn add_ratio(rows: &mut [Row], base: &str) {
             "fct_mean_ms",
             "goodput_mbps",
             "cpu_s_per_gb",
+            "queue_delay_p95_ms",
         ]
         .to_vec();
         if let Some((_, bm)) = keys.iter().find(|(k, _)| *k == p) {
@@ -1380,6 +1512,8 @@ mod tests {
             dropped_loss: loss,
             dropped_outage: 0,
             queue_max_bytes: 0,
+            queue_delay_mean_ms: None,
+            queue_delay_p95_ms: None,
         };
         let flow = |fct_ms| crate::results::FlowSample {
             thread: 0,
@@ -1442,6 +1576,8 @@ mod tests {
             dropped_loss: 0,
             dropped_outage: 0,
             queue_max_bytes: 0,
+            queue_delay_mean_ms: None,
+            queue_delay_p95_ms: None,
         }
     }
 
@@ -1788,5 +1924,115 @@ mod tests {
                 "flows:multipath:cc=cubic"
             ]
         );
+    }
+
+    #[test]
+    fn cc_ranks_every_controller_on_bulk_and_mar() {
+        let mut defaults = opts("cc", None);
+        defaults.protocols = None;
+        let p = plan(&defaults).unwrap();
+        assert_eq!(p.profile.name, "lte");
+        assert_eq!(
+            p.protocols,
+            [Proto::Tern, Proto::Tcp, Proto::TcpBbr, Proto::Quic]
+        );
+        // Every built-in controller, with reliable messages for the MAR load.
+        let want: Vec<String> = tern::cc::Algorithm::ALL
+            .iter()
+            .map(|a| format!("messages:cc={a}"))
+            .collect();
+        assert_eq!(p.tern_modes, want);
+        let loads: Vec<String> = p.cases.iter().map(|c| pval_of(&c.params, "load")).collect();
+        assert_eq!(loads, ["bulk", "mar"]);
+        // Utilisation is against the profile's rate (lte: 30 Mbit/s) or the trace's mean.
+        assert_eq!(p.cases[0].params["capacity_mbps"], json!(30.0));
+        let mut traced = opts("cc", None);
+        traced.trace = Some("TMobile-LTE-short".into());
+        let p = plan(&traced).unwrap();
+        let cap = p.cases[0].params["capacity_mbps"].as_f64().unwrap();
+        assert!((cap - 16.70).abs() < 0.05, "{cap}");
+        // --tern-cc narrows the list.
+        let mut some = opts("cc", None);
+        some.tern_cc = Some(vec!["newreno".into()]);
+        assert_eq!(plan(&some).unwrap().tern_modes, ["messages:cc=newreno"]);
+        some.tern_cc = Some(vec!["nonesuch".into()]);
+        assert!(plan(&some).is_err());
+    }
+
+    fn pval_of(params: &BTreeMap<String, Value>, key: &str) -> String {
+        params[key].as_str().unwrap_or_default().to_string()
+    }
+
+    #[test]
+    fn cc_rows_carry_utilisation_queueing_delay_and_ratios() {
+        let link = |dir: &str, mean, p95| crate::results::LinkStat {
+            link: "r".into(),
+            dir: dir.into(),
+            offered: 0,
+            delivered_bytes: 0,
+            dropped_queue: 0,
+            dropped_loss: 0,
+            dropped_outage: 0,
+            queue_max_bytes: 0,
+            queue_delay_mean_ms: Some(mean),
+            queue_delay_p95_ms: Some(p95),
+        };
+        let bulk = |proto: &str, mb: u64, p95: f64| Case {
+            protocol: proto.into(),
+            params: params(&[
+                ("load", json!("bulk")),
+                ("loss", json!(0.0)),
+                ("capacity_mbps", json!(30.0)),
+            ]),
+            transfer: Some(TransferSample {
+                size: u64::MAX,
+                received: mb * 1_000_000,
+                completed: true,
+                first_byte_ms: Some(0.0),
+                last_byte_ms: Some(10_000.0),
+                ..TransferSample::default()
+            }),
+            links: vec![link("down", p95 / 2.0, p95), link("up", 0.1, 0.2)],
+            ..Case::default()
+        };
+        let mar = |proto: &str, rtt: f64| Case {
+            protocol: proto.into(),
+            params: params(&[("load", json!("mar")), ("loss", json!(0.0))]),
+            rpc: (0..100)
+                .map(|i| crate::results::RpcSample {
+                    seq: i,
+                    size: 4500,
+                    reply: 100,
+                    t_ms: f64::from(i) * 33.3,
+                    rtt_ms: (i != 99).then_some(rtt + f64::from(i)),
+                })
+                .collect(),
+            links: vec![link("up", 3.0, 6.0)],
+            ..Case::default()
+        };
+        let run = run_file(
+            "cc",
+            "lte",
+            vec![
+                bulk("tern-msg-cubic", 36, 10.0),
+                bulk("tcp-bbr", 30, 40.0),
+                mar("tern-msg-cubic", 40.0),
+                mar("tcp", 300.0),
+            ],
+        );
+        let rows = summarize(&run);
+        let t = &rows[0].metrics;
+        assert!((t["goodput_mbps"] - 28.8).abs() < 1e-9);
+        assert!((t["utilisation_pct"] - 96.0).abs() < 1e-9);
+        // The data's direction: server → client.
+        assert_eq!(t["queue_delay_p95_ms"], 10.0);
+        assert_eq!(t["queue_delay_mean_ms"], 5.0);
+        assert!((t["goodput_vs_tcp-bbr"] - 1.2).abs() < 1e-9);
+        assert!((t["queue_delay_p95_vs_tcp-bbr"] - 0.25).abs() < 1e-9);
+        let m = &rows[2].metrics;
+        assert_eq!(m["lost_pct"], 1.0);
+        assert!(m["rtt_p99_ms"] > 130.0 && m["rtt_p99_ms"] < 139.0);
+        assert_eq!(m["queue_delay_p95_ms"], 6.0);
+        assert!(m["rtt_p99_vs_tcp"] < 0.5);
     }
 }

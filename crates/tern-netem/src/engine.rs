@@ -52,6 +52,8 @@ pub struct DirectionStats {
     pub max_queue_packets: usize,
     /// Packets marked CE by the ECN rule.
     pub ce_marked: u64,
+    /// Time each accepted packet spent in the drop-tail queue (mean, percentiles).
+    pub queue_delay: crate::shaper::DelayHistogram,
 }
 
 /// Shaper + link model for one direction.
@@ -179,6 +181,7 @@ impl DirectionEngine {
             max_queue_bytes: s.max_bytes,
             max_queue_packets: s.max_packets,
             ce_marked: self.ce_marked,
+            queue_delay: s.queue_delay,
             ..DirectionStats::default()
         }
     }

@@ -55,7 +55,7 @@ pub use cleanup::{cleanup_stale, install_signal_cleanup};
 pub use config::{Direction, DirectionConfig, DuplexConfig, EmulationConfig};
 pub use emulator::Emulator;
 pub use engine::{DirectionEngine, DirectionStats};
-pub use shaper::{QueueLimit, QueueSample, RateModel, Shaper};
+pub use shaper::{DelayHistogram, QueueLimit, QueueSample, RateModel, Shaper};
 pub use tern_sim::{Fade, LossModel, Outage};
 pub use topology::{
     check_environment, teardown_all, test_prerequisites, Role, Topology, TopologySpec,

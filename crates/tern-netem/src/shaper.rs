@@ -101,6 +101,83 @@ pub struct QueueSample {
     pub packets: usize,
 }
 
+/// Bins of [`DelayHistogram`] per doubling of the delay (a bin spans 2^(1/8), about 9 %).
+const BINS_PER_OCTAVE: usize = 8;
+/// Octaves [`DelayHistogram`] covers above 1 µs: up to 2^24 µs, about 16.8 s.
+const OCTAVES: usize = 24;
+const BINS: usize = BINS_PER_OCTAVE * OCTAVES + 1;
+
+/// The time each accepted packet spends in the queue (from its arrival until its last byte
+/// leaves: waiting plus its own transmission), as a log-scale histogram: fixed size, one
+/// addition per packet, percentiles within about 5 %. This is the queueing delay a
+/// congestion controller builds at the bottleneck (tern-bench's `cc` scenario ranks by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DelayHistogram {
+    counts: [u64; BINS],
+    count: u64,
+    sum_ns: u128,
+}
+
+impl Default for DelayHistogram {
+    fn default() -> Self {
+        Self {
+            counts: [0; BINS],
+            count: 0,
+            sum_ns: 0,
+        }
+    }
+}
+
+impl DelayHistogram {
+    /// Counts one packet that spent `delay` in the queue.
+    pub fn record(&mut self, delay: Duration) {
+        let us = delay.as_secs_f64() * 1e6;
+        let bin = if us <= 1.0 {
+            0
+        } else {
+            ((us.log2() * BINS_PER_OCTAVE as f64).floor() as usize + 1).min(BINS - 1)
+        };
+        self.counts[bin] += 1;
+        self.count += 1;
+        self.sum_ns += delay.as_nanos();
+    }
+
+    /// Packets counted.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The mean delay (exact), `None` before the first packet.
+    pub fn mean(&self) -> Option<Duration> {
+        let n = u128::from(self.count);
+        (n > 0).then(|| Duration::from_nanos(u64::try_from(self.sum_ns / n).unwrap_or(u64::MAX)))
+    }
+
+    /// The delay below which a fraction `q` (0–1) of the packets stayed: the geometric middle
+    /// of the bin that holds that packet. `None` before the first packet.
+    pub fn quantile(&self, q: f64) -> Option<Duration> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * self.count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        let bin = self
+            .counts
+            .iter()
+            .position(|&c| {
+                seen += c;
+                seen >= rank
+            })
+            .unwrap_or(BINS - 1);
+        if bin == 0 {
+            return Some(Duration::from_micros(1));
+        }
+        let low = ((bin - 1) as f64 / BINS_PER_OCTAVE as f64).exp2();
+        let high = (bin as f64 / BINS_PER_OCTAVE as f64).exp2();
+        Some(Duration::from_secs_f64((low * high).sqrt() / 1e6))
+    }
+}
+
 /// Shaper counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShaperStats {
@@ -114,6 +191,8 @@ pub struct ShaperStats {
     pub max_bytes: usize,
     /// Largest backlog seen, in packets.
     pub max_packets: usize,
+    /// Time the accepted packets spent in the queue.
+    pub queue_delay: DelayHistogram,
 }
 
 /// Where trace replay stands: the last opportunity used and the bytes left in it.
@@ -266,6 +345,9 @@ impl Shaper {
                 self.replay(&trace, size, now)
             }
         };
+        self.stats
+            .queue_delay
+            .record(departure.saturating_duration_since(now));
         self.backlog.push_back((departure, size));
         self.backlog_bytes += size;
         self.stats.max_bytes = self.stats.max_bytes.max(self.backlog_bytes);
@@ -449,6 +531,45 @@ mod tests {
             samples,
             vec![(0, 1500, 1), (0, 3000, 2), (1, 1500, 1), (2, 0, 0)]
         );
+    }
+
+    #[test]
+    fn each_packet_s_time_in_the_queue_is_counted() {
+        let t0 = origin();
+        // 1500 bytes at 12 Mbit/s take 1 ms: a burst of ten leaves after 1, 2, … 10 ms.
+        let mut s = Shaper::new(RateModel::Constant(12_000_000), QueueLimit::UNLIMITED, t0);
+        for _ in 0..10 {
+            s.offer(1500, t0);
+        }
+        // A packet arriving to an empty queue later waits only for itself.
+        s.offer(1500, t0 + ms(100));
+        let h = s.stats().queue_delay;
+        assert_eq!(h.count(), 11);
+        assert_eq!(h.mean(), Some(Duration::from_nanos(56_000_000 / 11)));
+        let near = |d: Option<Duration>, want_ms: f64| {
+            let got = d.unwrap().as_secs_f64() * 1e3;
+            assert!(
+                (got / want_ms - 1.0).abs() < 0.05,
+                "{got} ms, want {want_ms}"
+            );
+        };
+        near(h.quantile(0.5), 5.0);
+        near(h.quantile(0.95), 10.0);
+        near(h.quantile(0.0), 1.0);
+        near(h.quantile(1.0), 10.0);
+    }
+
+    #[test]
+    fn the_delay_histogram_takes_any_delay() {
+        let mut h = DelayHistogram::default();
+        assert_eq!(h.mean(), None);
+        assert_eq!(h.quantile(0.95), None);
+        h.record(Duration::ZERO);
+        h.record(Duration::from_secs(3600));
+        assert_eq!(h.count(), 2);
+        assert_eq!(h.quantile(0.5), Some(Duration::from_micros(1)));
+        // Beyond the last bin: counted there (about 16.8 s), not lost.
+        assert!(h.quantile(1.0).unwrap() > Duration::from_secs(15));
     }
 
     #[test]
