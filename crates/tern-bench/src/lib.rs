@@ -108,7 +108,8 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
             } else {
                 logs.clone()
             };
-            let n = runner::Net::new(def.net, &dir)?;
+            let n = runner::Net::new(def.net, &dir)?
+                .with_qlog(opts.qlog.as_ref().map(|q| q.join(&stem)));
             networks.insert(
                 format!("{:?}", def.net).to_lowercase(),
                 serde_json::Value::from(n.describe()),

@@ -65,6 +65,10 @@ enum Cmd {
         /// ("tern-bbr"). Default: tern's default controller.
         #[arg(long, value_delimiter = ',')]
         tern_cc: Option<Vec<String>>,
+        /// Write a qlog file per tern connection (both ends, JSON-SEQ, for qvis) under
+        /// DIR/<results file stem>/<agent run>/.
+        #[arg(long)]
+        qlog: Option<PathBuf>,
         /// Seed of flow sizes and emulator losses.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -131,6 +135,7 @@ fn main() -> anyhow::Result<()> {
             threads,
             tern_mode,
             tern_cc,
+            qlog,
             seed,
             link,
             count,
@@ -147,6 +152,7 @@ fn main() -> anyhow::Result<()> {
                 threads,
                 tern_mode,
                 tern_cc,
+                qlog,
                 seed,
                 link_extra: link,
                 count,

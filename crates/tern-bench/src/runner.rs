@@ -28,6 +28,8 @@ pub struct Net {
     logs: PathBuf,
     exe: PathBuf,
     runs: u32,
+    /// `--qlog DIR`: tern agents write their connections' qlog files under it.
+    qlog: Option<PathBuf>,
 }
 
 /// A started agent process, killed on drop.
@@ -71,6 +73,12 @@ pub fn proc_cpu_seconds(pid: u32) -> Option<f64> {
 }
 
 impl Net {
+    /// tern agents write qlog files (one per connection) under `dir`.
+    pub fn with_qlog(mut self, dir: Option<PathBuf>) -> Self {
+        self.qlog = dir;
+        self
+    }
+
     /// Builds the network for `kind`; agent logs go to `logs`.
     pub fn new(kind: NetKind, logs: &Path) -> anyhow::Result<Self> {
         std::fs::create_dir_all(logs)?;
@@ -107,6 +115,7 @@ impl Net {
             logs: logs.to_path_buf(),
             exe: std::env::current_exe()?,
             runs: 0,
+            qlog: None,
         })
     }
 
@@ -218,6 +227,13 @@ impl Net {
             .logs
             .join(format!("{:04}-{tag}-{}.log", self.runs, spec.proto));
         let mut cmd = self.command(node)?;
+        if let (Some(dir), Proto::Tern) = (&self.qlog, spec.proto) {
+            // One directory per agent run, named like its log.
+            cmd.env(
+                tern::QLOG_DIR_ENV,
+                dir.join(format!("{:04}-{tag}", self.runs)),
+            );
+        }
         cmd.arg("agent")
             .arg("--spec")
             .arg(serde_json::to_string(spec)?)

@@ -107,6 +107,9 @@ pub struct RunOpts {
     /// tern congestion controllers (`--tern-cc`): every tern mode runs once per controller
     /// (`…:cc=NAME`, results rows `tern-NAME`). `None`: tern's default controller only.
     pub tern_cc: Option<Vec<String>>,
+    /// Write tern's qlog files (one per connection and agent run) under this directory,
+    /// in a folder named after the results file.
+    pub qlog: Option<PathBuf>,
     /// Seed of the flow-size draws and the emulator.
     pub seed: u64,
     /// Extra tern-netem settings for every direction.
@@ -1386,6 +1389,7 @@ mod tests {
             threads: None,
             tern_mode: None,
             tern_cc: None,
+            qlog: None,
             seed: 7,
             link_extra: link.map(Into::into),
             count: None,

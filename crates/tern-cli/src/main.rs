@@ -32,6 +32,10 @@ struct Cli {
     /// cubic (the default).
     #[arg(long, global = true, default_value_t = tern::cc::Algorithm::default())]
     cc: tern::cc::Algorithm,
+    /// Write a qlog file (JSON-SEQ, readable in qvis) per connection into this directory:
+    /// packets, RTT, congestion window, pacing rate and state. Also: TERN_QLOG_DIR.
+    #[arg(long, global = true)]
+    qlog: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -160,7 +164,10 @@ struct PathArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     util::init_logging(&cli.log);
-    util::set_controller(cli.cc);
+    util::set_globals(util::Globals {
+        cc: cli.cc,
+        qlog: cli.qlog.clone(),
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -9,32 +9,44 @@ use tern::{Endpoint, PublicKey, StaticKeypair};
 
 use crate::{PathArgs, ServerArgs};
 
-/// The congestion controller every endpoint of this process runs (`--cc`, a global option:
-/// set once in `main` before any endpoint is made).
-static CONTROLLER: std::sync::OnceLock<tern::cc::Algorithm> = std::sync::OnceLock::new();
+/// Settings of every endpoint this process makes (global options, set once in `main`
+/// before any endpoint is made).
+#[derive(Default)]
+pub(crate) struct Globals {
+    /// `--cc`: the congestion controller.
+    pub(crate) cc: tern::cc::Algorithm,
+    /// `--qlog DIR`: write a qlog file per connection there.
+    pub(crate) qlog: Option<std::path::PathBuf>,
+}
 
-/// Sets the controller of every endpoint this process makes (once; later calls are ignored).
-pub(crate) fn set_controller(cc: tern::cc::Algorithm) {
-    let _ = CONTROLLER.set(cc);
+static GLOBALS: std::sync::OnceLock<Globals> = std::sync::OnceLock::new();
+
+/// Sets the global options (once; later calls are ignored).
+pub(crate) fn set_globals(globals: Globals) {
+    let _ = GLOBALS.set(globals);
 }
 
 /// The controller set with `--cc`, for reports.
 pub(crate) fn controller() -> tern::cc::Algorithm {
-    CONTROLLER.get().copied().unwrap_or_default()
+    GLOBALS.get().map(|g| g.cc).unwrap_or_default()
 }
 
-/// Applies the process-wide settings (`--cc`) to an endpoint's configuration.
-fn apply_globals(config: &mut tern::EndpointConfig) {
-    config.connection.congestion = controller().factory();
+/// An endpoint builder for identity `pair` with the global options applied (`--cc`,
+/// `--qlog`).
+fn builder(pair: StaticKeypair) -> tern::EndpointBuilder {
+    let b = Endpoint::builder(pair).configure(|c| c.connection.congestion = controller().factory());
+    match GLOBALS.get().and_then(|g| g.qlog.clone()) {
+        Some(dir) => b.qlog_dir(dir),
+        None => b,
+    }
 }
 
 /// A server on an ephemeral loopback port with a new key, for the in-process comparisons
 /// and the demo.
 pub(crate) fn loopback_server() -> Result<Endpoint> {
-    Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+    builder(StaticKeypair::generate(tern::entropy()))
         .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .server()
-        .configure(apply_globals)
         .build()
         .context("cannot listen on loopback")
 }
@@ -127,13 +139,10 @@ pub(crate) fn bind_server(args: &ServerArgs, what: &str) -> Result<Endpoint> {
             .collect(),
         None => Vec::new(),
     };
-    let ep = Endpoint::builder(pair)
+    let ep = builder(pair)
         .bind(listen)
         .server()
-        .configure(|c| {
-            c.connection.advertise = advertise.clone();
-            apply_globals(c);
-        })
+        .configure(|c| c.connection.advertise = advertise.clone())
         .build()
         .with_context(|| format!("cannot listen on {listen}"))?;
     let key = tern::keys::encode_public(&ep.public_key());
@@ -181,12 +190,11 @@ pub(crate) async fn connect(
         None => interface_ips(addr.ip()),
     };
     let scheduler = paths.scheduler;
-    let ep = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+    let ep = builder(StaticKeypair::generate(tern::entropy()))
         .bind(bind)
         .configure(|c| {
             c.connection.local_ips = local_ips;
             c.connection.scheduler = scheduler;
-            apply_globals(c);
         })
         .build()?;
     let conn = ep

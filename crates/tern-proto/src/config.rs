@@ -96,6 +96,9 @@ pub struct ConnectionConfig {
     pub local_ips: Vec<std::net::IpAddr>,
     /// Paths per connection, at most [`MAX_PATHS`](crate::MAX_PATHS); 1 turns multipath off.
     pub max_paths: usize,
+    /// Record qlog events (packets, RTT, congestion state) for
+    /// [`Connection::poll_qlog`](crate::Connection::poll_qlog). Off by default.
+    pub qlog: bool,
 }
 
 impl Default for ConnectionConfig {
@@ -122,6 +125,7 @@ impl Default for ConnectionConfig {
             advertise: Vec::new(),
             local_ips: Vec::new(),
             max_paths: crate::path::MAX_PATHS,
+            qlog: false,
         }
     }
 }

@@ -63,6 +63,7 @@ pub mod event;
 pub mod flow;
 pub mod message;
 pub(crate) mod path;
+pub mod qlog;
 pub mod recovery;
 pub mod wire;
 

@@ -137,6 +137,8 @@ pub(crate) struct Inner {
     pub(crate) idle_waiters: Vec<Waker>,
     pub(crate) gso_segments: usize,
     pub(crate) gro_segments: usize,
+    /// Where connections' qlog records go (`EndpointBuilder::qlog_dir`, `TERN_QLOG_DIR`).
+    pub(crate) qlog: Option<crate::qlog::QlogDir>,
 }
 
 impl Inner {
@@ -157,6 +159,28 @@ impl Inner {
             idle_waiters: Vec::new(),
             gso_segments,
             gro_segments,
+            qlog: None,
+        }
+    }
+
+    /// Writes every connection's new qlog records; closes the files of drained ones.
+    fn write_qlog(&mut self) {
+        let Some(q) = &mut self.qlog else { return };
+        for (&handle, s) in &self.conns {
+            let Some(c) = self.proto.connection_mut(handle) else {
+                continue;
+            };
+            let side = c.side();
+            let records = std::iter::from_fn(|| c.poll_qlog());
+            let mut result = q.write(handle, s.generation, side, records);
+            if s.drained {
+                result = result.and(q.finish(handle, s.generation));
+            }
+            if let Err(e) = result {
+                tracing::warn!("qlog: {e}; no more qlog for this endpoint");
+                self.qlog = None;
+                return;
+            }
         }
     }
 
@@ -212,6 +236,9 @@ impl Inner {
         if let Some(s) = self.state(id) {
             s.handles = s.handles.saturating_sub(1);
             if s.handles == 0 && s.drained {
+                if let Some(q) = &mut self.qlog {
+                    let _ = q.finish(id.handle, id.generation);
+                }
                 self.conns.remove(&id.handle);
                 self.proto.release(id.handle);
             }
@@ -363,6 +390,9 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
                 events.push(e);
             }
             let upcalls = dispatch(&mut inner, &events);
+            // After dispatch, under the same lock: a connection it found drained has its
+            // file complete before anyone woken by that can look.
+            inner.write_qlog();
             drop(inner);
             for (id, event) in upcalls {
                 let inner = shared.lock();

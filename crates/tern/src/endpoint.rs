@@ -79,6 +79,7 @@ pub fn entropy() -> [u8; 32] {
 /// | [`recv_buffer`](Self::recv_buffer), [`send_buffer`](Self::send_buffer) | 8 MiB each (the kernel caps them at `net.core.rmem_max`/`wmem_max`) |
 /// | [`gso`](Self::gso) | on where the kernel has it |
 /// | [`socket`](Self::socket), [`async_socket`](Self::async_socket) | none: tern binds a kernel UDP socket itself |
+/// | [`qlog_dir`](Self::qlog_dir) | `$TERN_QLOG_DIR` if set, else no qlog |
 ///
 /// ```no_run
 /// # async fn f() -> std::io::Result<()> {
@@ -98,9 +99,20 @@ pub struct EndpointBuilder {
     socket: Option<std::net::UdpSocket>,
     async_socket: Option<Box<dyn AsyncUdpSocket>>,
     options: SocketOptions,
+    qlog_dir: Option<std::path::PathBuf>,
 }
 
 impl EndpointBuilder {
+    /// Writes a qlog trace of every connection into `dir` (JSON-SEQ, the qlog main schema:
+    /// packets, RTT, congestion window, pacing rate and congestion state per path, readable
+    /// in qvis), one file per connection. Without it, the environment variable
+    /// `TERN_QLOG_DIR` ([`QLOG_DIR_ENV`](crate::QLOG_DIR_ENV)) does the same for every
+    /// endpoint of the process.
+    pub fn qlog_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.qlog_dir = Some(dir.into());
+        self
+    }
+
     /// The address to bind (ignored with [`socket`](Self::socket)).
     pub fn bind(mut self, addr: SocketAddr) -> Self {
         self.addr = addr;
@@ -172,7 +184,7 @@ impl EndpointBuilder {
             (None, Some(s)) => Box::new(UdpSocket::from_std_with(s, self.options)?),
             (None, None) => Box::new(UdpSocket::bind_with(self.addr, self.options)?),
         };
-        Endpoint::start(socket, self.config)
+        Endpoint::start(socket, self.config, self.qlog_dir)
     }
 }
 
@@ -185,17 +197,28 @@ impl Endpoint {
             socket: None,
             async_socket: None,
             options: SocketOptions::default(),
+            qlog_dir: None,
         }
     }
 
     /// Binds `addr` with a full configuration and default socket settings. Must be called
     /// inside a tokio runtime.
     pub fn bind(addr: SocketAddr, config: EndpointConfig) -> io::Result<Self> {
-        Self::start(Box::new(UdpSocket::bind(addr)?), config)
+        Self::start(Box::new(UdpSocket::bind(addr)?), config, None)
     }
 
-    fn start(socket: Box<dyn AsyncUdpSocket>, mut config: EndpointConfig) -> io::Result<Self> {
+    fn start(
+        socket: Box<dyn AsyncUdpSocket>,
+        mut config: EndpointConfig,
+        qlog_dir: Option<std::path::PathBuf>,
+    ) -> io::Result<Self> {
         let local = socket.local_addr()?;
+        let qlog_dir = qlog_dir.or_else(|| std::env::var_os(crate::QLOG_DIR_ENV).map(Into::into));
+        let qlog = match &qlog_dir {
+            Some(dir) => Some(crate::qlog::QlogDir::new(dir, local.port())?),
+            None => None,
+        };
+        config.connection.qlog |= qlog.is_some();
         // Application handles may still hold unread data of a closed connection: the
         // runtime frees connections itself when the last handle is gone.
         config.release_drained = false;
@@ -204,8 +227,10 @@ impl Endpoint {
         let gso = socket.max_transmit_segments().max(1);
         let gro = socket.max_receive_segments().max(1);
         tracing::debug!(%local, gso, gro, ?socket, "endpoint bound");
+        let mut inner = Inner::new(proto, gso, gro);
+        inner.qlog = qlog;
         let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner::new(proto, gso, gro)),
+            inner: Mutex::new(inner),
             wake: tokio::sync::Notify::new(),
             io: Default::default(),
         });

@@ -53,6 +53,7 @@ mod driver;
 mod endpoint;
 mod flow;
 pub mod keys;
+mod qlog;
 mod runtime;
 pub mod socket;
 
@@ -60,6 +61,7 @@ pub use connection::{Connection, EventStream, RequestError};
 pub use driver::{ConnectionId, IoStats, Upcall};
 pub use endpoint::{entropy, ConnectError, Endpoint, EndpointBuilder};
 pub use flow::{ReadError, ReadExactError, ReadToEndError, RecvFlow, SendFlow, WriteError};
+pub use qlog::QLOG_DIR_ENV;
 /// Congestion controllers (F10): [`cc::Algorithm`] to pick a built-in one by name,
 /// [`cc::CubicConfig`] and [`cc::NewRenoConfig`] to tune one, and the [`cc::Controller`] and
 /// [`cc::ControllerFactory`] traits to plug in your own (set

@@ -85,6 +85,9 @@ pub(crate) struct PendingClose {
 #[derive(Debug)]
 pub struct Connection {
     side: Side,
+    /// qlog records for the driver (`ConnectionConfig::qlog`), with each path's last
+    /// congestion state.
+    qlog: Option<crate::qlog::QlogQueue>,
     pub(crate) state: State,
     config: Arc<ConnectionConfig>,
     pub(crate) local_cid: ConnectionId,
@@ -194,6 +197,7 @@ impl Connection {
             paths: vec![path],
             flows,
             events: VecDeque::new(),
+            qlog: config.qlog.then(Default::default),
             stats: ConnectionStats::default(),
             confirmed: false,
             handshake_done_pending: false,
@@ -717,6 +721,75 @@ impl Connection {
     }
 
     // ---- polls ----------------------------------------------------------------------------
+
+    /// The next qlog record (only with [`ConnectionConfig::qlog`](crate::ConnectionConfig)):
+    /// the driver writes them out, in order.
+    #[must_use]
+    pub fn poll_qlog(&mut self) -> Option<crate::qlog::QlogRecord> {
+        self.qlog.as_mut()?.pop()
+    }
+
+    /// qlog records dropped because the driver did not drain them in time.
+    pub fn qlog_dropped(&self) -> u64 {
+        self.qlog.as_ref().map_or(0, |q| q.dropped)
+    }
+
+    /// Records a qlog event when qlog is on (`make` runs only then).
+    pub(crate) fn qlog(
+        &mut self,
+        now: Instant,
+        make: impl FnOnce(&Self) -> crate::qlog::QlogEvent,
+    ) {
+        if self.qlog.is_some() {
+            let event = make(self);
+            if let Some(q) = &mut self.qlog {
+                q.push(now, event);
+            }
+        }
+    }
+
+    /// Records path `index`'s RTT and controller metrics, and its congestion state if that
+    /// changed (`reduced`: the controller just responded to congestion).
+    pub(crate) fn qlog_metrics(&mut self, now: Instant, index: usize, reduced: bool) {
+        use crate::qlog::{CongestionState, QlogEvent};
+        if self.qlog.is_none() {
+            return;
+        }
+        let p = &mut self.paths[index];
+        let m = p.cc.metrics();
+        let pacing = m
+            .pacing_rate
+            .unwrap_or_else(|| crate::cc::Pacer::default_rate(m.window, p.rtt.smoothed()));
+        let state = if reduced {
+            CongestionState::Recovery
+        } else if m.in_slow_start {
+            CongestionState::SlowStart
+        } else {
+            CongestionState::CongestionAvoidance
+        };
+        let old = std::mem::replace(&mut p.qlog_state, Some(state));
+        let (path, metrics) = (
+            p.id,
+            QlogEvent::MetricsUpdated {
+                path: p.id,
+                min_rtt: p.rtt.min().unwrap_or_default(),
+                smoothed_rtt: p.rtt.smoothed(),
+                latest_rtt: p.rtt.latest(),
+                rtt_variance: p.rtt.var(),
+                congestion_window: m.window,
+                bytes_in_flight: p.sent.bytes_in_flight,
+                pacing_rate_bps: pacing.saturating_mul(8),
+            },
+        );
+        self.qlog(now, |_| metrics);
+        if old != Some(state) {
+            self.qlog(now, |_| QlogEvent::CongestionStateUpdated {
+                path,
+                old: old.unwrap_or(CongestionState::SlowStart),
+                new: state,
+            });
+        }
+    }
 
     /// The next event for the application.
     #[must_use]

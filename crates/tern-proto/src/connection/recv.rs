@@ -78,6 +78,12 @@ impl Connection {
         let path = &mut self.paths[index];
         path.replay.insert(pn);
         path.bytes_received += datagram_len;
+        let path_id = path.id;
+        self.qlog(now, |_| crate::qlog::QlogEvent::PacketReceived {
+            path: path_id,
+            packet_number: pn,
+            size: datagram_len as usize,
+        });
         // Every authenticated packet keeps the connection alive. On the first path during
         // the handshake it also proves the client's address (only the holder of the keys,
         // which came back to that address, could send it) — if it came from that address: a

@@ -71,7 +71,7 @@ impl Connection {
             return None;
         }
         if let Some(size) = self.poll_flight(now, buf) {
-            return Some(self.sent_datagram(0, size, None));
+            return Some(self.sent_datagram(now, 0, size, None, true));
         }
         self.keys.as_ref()?;
         match self.state {
@@ -87,7 +87,7 @@ impl Connection {
                 }
                 let index = self.primary();
                 let (size, ecn) = self.build_packet(now, buf, index, Purpose::Close, None)?;
-                return Some(self.sent_datagram(index, size, ecn));
+                return Some(self.sent_datagram(now, index, size, ecn, false));
             }
             State::Handshake(_) | State::Drained => return None,
             State::Established => {}
@@ -103,7 +103,7 @@ impl Connection {
                 if let Some((size, ecn)) =
                     self.build_packet(now, buf, index, Purpose::PathWork, None)
                 {
-                    return Some(self.sent_datagram(index, size, ecn));
+                    return Some(self.sent_datagram(now, index, size, ecn, false));
                 }
             }
         }
@@ -112,14 +112,14 @@ impl Connection {
             let copy = self.copies.remove(k);
             let index = copy.as_ref().map_or(0, |c| c.path);
             if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Copy, copy) {
-                return Some(self.sent_datagram(index, size, ecn));
+                return Some(self.sent_datagram(now, index, size, ecn, false));
             }
         }
         // 3. Data, on the path the scheduler picks among those with room.
         if self.has_sendable_data() {
             if let Some(index) = self.schedule(now) {
                 if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
-                    return Some(self.sent_datagram(index, size, ecn));
+                    return Some(self.sent_datagram(now, index, size, ecn, false));
                 }
             }
         }
@@ -131,12 +131,28 @@ impl Connection {
         {
             let index = self.ack_path(now);
             let (size, ecn) = self.build_packet(now, buf, index, Purpose::Acks, None)?;
-            return Some(self.sent_datagram(index, size, ecn));
+            return Some(self.sent_datagram(now, index, size, ecn, false));
         }
         None
     }
 
-    fn sent_datagram(&mut self, index: usize, size: usize, ecn: Option<EcnCodepoint>) -> Transmit {
+    /// Counts a datagram about to leave on path `index` (and records it for qlog: a
+    /// `handshake` flight has no packet number of the path's space).
+    fn sent_datagram(
+        &mut self,
+        now: Instant,
+        index: usize,
+        size: usize,
+        ecn: Option<EcnCodepoint>,
+        handshake: bool,
+    ) -> Transmit {
+        let p = &self.paths[index];
+        let (path, pn) = (p.id, p.sent.next_pn.checked_sub(1));
+        self.qlog(now, |_| crate::qlog::QlogEvent::PacketSent {
+            path,
+            packet_number: pn.filter(|_| !handshake),
+            size,
+        });
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += size as u64;
         let path = &mut self.paths[index];
@@ -891,6 +907,7 @@ impl Connection {
         path.cc
             .on_end_acks(now, path.sent.bytes_in_flight, app_limited, largest_sent);
         path.update_ack_threshold(now, self.config.max_ack_threshold);
+        self.qlog_metrics(now, path_id, false);
     }
 
     pub(crate) fn on_acked_frames(&mut self, frames: &[SentFrame]) {
@@ -978,6 +995,17 @@ impl Connection {
         path.ecn
             .on_lost(lost.iter().filter(|(_, p)| p.ecn).count() as u64);
         path.sent.record_losses(now, &lost, reduced, &path.rtt);
+        if self.qlog.is_some() {
+            let id = path.id;
+            for (pn, _) in &lost {
+                let packet_number = *pn;
+                self.qlog(now, |_| crate::qlog::QlogEvent::PacketLost {
+                    path: id,
+                    packet_number,
+                });
+            }
+            self.qlog_metrics(now, path_id, reduced);
+        }
     }
 
     /// Puts what lost (or probed) packets carried back in the send queues.

@@ -39,6 +39,8 @@ pub enum PathState {
 #[derive(Debug)]
 pub(crate) struct Path {
     pub(crate) id: u32,
+    /// The congestion state last written to the qlog trace.
+    pub(crate) qlog_state: Option<crate::qlog::CongestionState>,
     pub(crate) remote: SocketAddr,
     /// Our address on this path, if known (learned from arriving datagrams, or chosen when
     /// the path was opened from a given local address).
@@ -174,6 +176,7 @@ impl Path {
             .with_burst_limits(crate::cc::pacer::DEFAULT_MIN_BURST, config.max_pacing_burst);
         Self {
             id,
+            qlog_state: None,
             remote,
             local: None,
             source: None,
