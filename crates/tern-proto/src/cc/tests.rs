@@ -218,6 +218,11 @@ proptest! {
     }
 
     #[test]
+    fn fuzz_udt(ops in prop::collection::vec(op(), 1..300)) {
+        fuzz(&UdtConfig::default(), false, &ops);
+    }
+
+    #[test]
     fn fuzz_test_doubles(ops in prop::collection::vec(op(), 1..100)) {
         fuzz(&Unlimited, false, &ops);
         fuzz(&Mock::default(), false, &ops);
