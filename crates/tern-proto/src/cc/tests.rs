@@ -223,6 +223,11 @@ proptest! {
     }
 
     #[test]
+    fn fuzz_copa(ops in prop::collection::vec(op(), 1..300)) {
+        fuzz(&CopaConfig::default(), false, &ops);
+    }
+
+    #[test]
     fn fuzz_test_doubles(ops in prop::collection::vec(op(), 1..100)) {
         fuzz(&Unlimited, false, &ops);
         fuzz(&Mock::default(), false, &ops);
