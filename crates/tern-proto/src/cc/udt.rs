@@ -43,8 +43,8 @@
 //! Here, in tern's sans-I/O shape:
 //! - **No timer.** The rate-control step runs from [`Controller::on_end_acks`] when at least a
 //!   SYN has passed since the previous one, one step per call, as udt4's ACK timer does (tern's
-//!   peer ACKs every other packet, so above ~100 ACKs/s every SYN has its step; at lower rates
-//!   steps, and growth, are sparser, like UDT's own light-ACK fallback). App-limited ACKs take
+//!   peer ACKs every 2 to 10 packets, so once it sends 100 ACKs/s every SYN has its step; at
+//!   lower rates steps, and growth, are sparser). App-limited ACKs take
 //!   no step (UDT has no app-limited notion; growing on them would let the rate run away).
 //! - **A "NAK" is one [`Controller::on_congestion_event`]** (one batch of packets declared
 //!   lost), and "sent after the last decrease" compares send times instead of sequence numbers.
