@@ -35,10 +35,12 @@
 //!   by a [`WindowAdjustment`] (the shape of neqo's `ClassicCongestionControl`).
 //! - [`NewReno`] (RFC 9002 §7.3) and [`Cubic`] (RFC 9438) window adjustments, with their
 //!   factories [`NewRenoConfig`] and [`CubicConfig`], and [`Algorithm`] to pick one by name.
+//! - [`Udt`] (UDT's DAIMD rate control, [`UdtConfig`]) and [`Copa`] (delay-based, for
+//!   cellular links, [`CopaConfig`]); not yet in [`Algorithm`].
 //! - [`Pacer`]: a token bucket that spreads a window's worth of packets over a round trip.
 //! - `testing` (with `cfg(test)` or the `testing` feature): `Unlimited` and `Mock` controllers.
 //!
-//! Not here yet: BBR, DAIMD, delay-gradient and explicit-rate controllers, HyStart++ and
+//! Not here yet: BBR, other delay-gradient and explicit-rate controllers, HyStart++ and
 //! packet-pair fast start (F11).
 //!
 //! [`RttEstimator`]: crate::recovery::rtt::RttEstimator
@@ -49,6 +51,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod classic;
+pub mod copa;
 pub mod cubic;
 pub mod new_reno;
 pub mod pacer;
@@ -56,14 +59,17 @@ pub mod pacer;
 pub mod testing;
 #[cfg(test)]
 mod tests;
+pub mod udt;
 
 /// The RTT estimate a controller is handed on every ACK (re-exported so that a controller can
 /// be written against this module alone).
 pub use crate::recovery::rtt::RttEstimator;
 pub use classic::{Classic, ClassicConfig, WindowAdjustment};
+pub use copa::{Copa, CopaConfig};
 pub use cubic::{Cubic, CubicConfig};
 pub use new_reno::{NewReno, NewRenoConfig};
 pub use pacer::Pacer;
+pub use udt::{Udt, UdtConfig};
 
 /// Datagram size assumed when nothing better is known: the smallest maximum datagram size every
 /// QUIC-style path must support (RFC 9000 §14: 1200 bytes).
