@@ -287,17 +287,29 @@ pub enum Algorithm {
     /// CUBIC, RFC 9438 (the default, as in Linux).
     #[default]
     Cubic,
+    /// UDT's native rate-based DAIMD control (udt4's CUDTCC), initial window 16 (PaUDT).
+    Udt,
+    /// Copa (NSDI 2018), delay-based, for cellular links; with δ = [`copa::TERN_DELTA`] (the
+    /// paper's 0.5 keeps tern's ACK bursts from filling the link: see [`copa`]).
+    Copa,
 }
 
 impl Algorithm {
     /// Every built-in algorithm, for benchmark sweeps.
-    pub const ALL: &'static [Algorithm] = &[Algorithm::NewReno, Algorithm::Cubic];
+    pub const ALL: &'static [Algorithm] = &[
+        Algorithm::NewReno,
+        Algorithm::Cubic,
+        Algorithm::Udt,
+        Algorithm::Copa,
+    ];
 
     /// The name used by [`FromStr`] and [`Controller::name`].
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::NewReno => "newreno",
             Algorithm::Cubic => "cubic",
+            Algorithm::Udt => "udt",
+            Algorithm::Copa => "copa",
         }
     }
 
@@ -306,16 +318,15 @@ impl Algorithm {
         match self {
             Algorithm::NewReno => Arc::new(NewRenoConfig::default()),
             Algorithm::Cubic => Arc::new(CubicConfig::default()),
+            Algorithm::Udt => Arc::new(UdtConfig::default()),
+            Algorithm::Copa => Arc::new(CopaConfig::default().delta(copa::TERN_DELTA)),
         }
     }
 }
 
 impl ControllerFactory for Algorithm {
     fn build(&self, now: Instant, info: &PathInfo) -> Box<dyn Controller> {
-        match self {
-            Algorithm::NewReno => NewRenoConfig::default().build(now, info),
-            Algorithm::Cubic => CubicConfig::default().build(now, info),
-        }
+        self.factory().build(now, info)
     }
 }
 
@@ -328,11 +339,14 @@ impl fmt::Display for Algorithm {
 impl FromStr for Algorithm {
     type Err = UnknownAlgorithm;
 
-    /// Case-insensitive; accepts `newreno`, `new_reno`, `new-reno`, `reno` and `cubic`.
+    /// Case-insensitive; accepts `newreno` (or `new_reno`, `new-reno`, `reno`), `cubic`,
+    /// `udt` (or `daimd`) and `copa`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "newreno" | "new_reno" | "new-reno" | "reno" => Ok(Algorithm::NewReno),
             "cubic" => Ok(Algorithm::Cubic),
+            "udt" | "daimd" => Ok(Algorithm::Udt),
+            "copa" => Ok(Algorithm::Copa),
             _ => Err(UnknownAlgorithm(s.to_owned())),
         }
     }
