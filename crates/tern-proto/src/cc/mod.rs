@@ -48,6 +48,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod bbr;
 pub mod classic;
 pub mod cubic;
 pub mod new_reno;
@@ -60,6 +61,7 @@ mod tests;
 /// The RTT estimate a controller is handed on every ACK (re-exported so that a controller can
 /// be written against this module alone).
 pub use crate::recovery::rtt::RttEstimator;
+pub use bbr::{Bbr, BbrConfig};
 pub use classic::{Classic, ClassicConfig, WindowAdjustment};
 pub use cubic::{Cubic, CubicConfig};
 pub use new_reno::{NewReno, NewRenoConfig};

@@ -1,0 +1,1713 @@
+//! BBR with version 3 semantics (draft-ietf-ccwg-bbr, Linux `tcp_bbr.c` v3): a model-based
+//! controller that paces at its estimate of the bottleneck bandwidth and bounds the data in
+//! flight by a multiple of the estimated bandwidth-delay product.
+//!
+//! # What BBRv3 is
+//!
+//! BBR ("Bottleneck Bandwidth and Round-trip propagation time", Cardwell et al., ACM Queue 2016)
+//! does not read loss as the main congestion signal. It keeps a model of the path: `max_bw`, a
+//! windowed maximum of delivery-rate samples, and `min_rtt`, a windowed minimum of RTT samples.
+//! Their product is the bandwidth-delay product (BDP), the data the path holds without a queue.
+//! BBR paces at `pacing_gain × bw` and caps the window at `cwnd_gain × BDP`, and moves through
+//! a state machine that probes each quantity in turn:
+//!
+//! - **Startup**: pacing gain 2.77 (4 ln 2, the smallest gain that doubles the delivery rate
+//!   every round) and cwnd gain 2, until the bandwidth stops growing by 25 % for 3 rounds, or
+//!   the loss rate in a round exceeds 2 % with at least 6 loss events ([`STARTUP_FULL_LOSS_COUNT`]).
+//! - **Drain**: pacing gain 0.35 until the data in flight is down to one BDP (the queue Startup
+//!   built is gone).
+//! - **ProbeBW**, a cycle of 2–3 s (or at most 63 rounds, for coexistence with Reno):
+//!   DOWN (0.9: drain the queue the last probe left), CRUISE (1.0: use the pipe without a
+//!   queue), REFILL (1.0 for one round: fill the pipe before probing), UP (1.25, with an
+//!   exponentially growing `inflight_hi`, until the bandwidth stops growing or loss/ECN says
+//!   the probe went too far).
+//! - **ProbeRTT**: when `min_rtt` has not been refreshed for 5 s, the window drops to half a BDP
+//!   for at least 200 ms and one round, so that the queue drains and the minimum RTT can be
+//!   measured again (the min-RTT filter itself spans 10 s).
+//!
+//! Version 3 (v2 with fixes; Cardwell et al., IETF 117/118/119 ICCRG/CCWG slides) adds the
+//! response to loss and ECN that v1 lacked:
+//!
+//! - **`inflight_hi`** (long-term bound): when a bandwidth probe sees a loss rate above 2 %
+//!   ([`LOSS_THRESHOLD`]) or a CE fraction above 50 % ([`ECN_THRESHOLD`]), `inflight_hi` drops
+//!   to the data in flight at which that happened (at least β = 0.7 × the target), and the probe
+//!   ends. When inflight reaches it again without such a signal, it is raised, slowly at first
+//!   and then faster (1, 2, 4, … datagrams per round) during UP.
+//! - **`bw_lo` / `inflight_lo`** (short-term bounds): in every round with loss outside a
+//!   bandwidth probe they are cut to `max(latest, β × bound)` and reset when the next probe
+//!   starts (REFILL), so that BBR backs off when a competing flow arrives.
+//!
+//! # What this implementation does
+//!
+//! Everything above, on the [`Controller`] callbacks:
+//!
+//! - **Delivery-rate sampling** (draft-cheng-iccrg-delivery-rate-estimation) inside the
+//!   controller. The trait reports acknowledgements with the packet's send time, so the
+//!   controller keeps a ring of per-send snapshots keyed by send time (delivered bytes, delivered
+//!   time, first-sent time, lost bytes, bytes in flight, app-limited). Packets sent at the same
+//!   instant share one snapshot, which is exact since nothing can be delivered between them (if
+//!   an ACK does slip in, the snapshot is moved forward, which can only make samples smaller).
+//!   The ring is pruned to what may still be outstanding (see [`Bbr::on_sent`]) and capped at
+//!   [`MAX_SNAPSHOTS`]; a packet without a snapshot gives no sample.
+//! - **Losses** come per batch ([`Controller::on_congestion_event`]): they feed the per-round
+//!   loss rate (Startup exit, the short-term bounds) and, during a bandwidth probe, the v3
+//!   per-packet check "lost since this packet was sent > 2 % of what was in flight when it was
+//!   sent", evaluated for the newest lost packet of the batch (Linux evaluates every lost
+//!   packet; the newest one sees the most losses, so it decides first).
+//! - **ECN**: per round, CE-marked packets over delivered packets; a fraction above 50 % counts
+//!   as "inflight too high" exactly like excessive loss (ends Startup, cuts `inflight_hi` during
+//!   a probe, and cuts the short-term bounds like a lossy round). Linux v3 instead keeps a
+//!   DCTCP-style EWMA (`ecn_alpha`) for its lower bounds and only honours ECN on low-RTT paths;
+//!   tern's marks come from classic AQMs, where one threshold is the simpler, safe rule.
+//! - **Persistent congestion** (the RTO analogue): the window collapses to the minimum (4
+//!   datagrams), the plateau detector is reset, and the window then grows back by the bytes
+//!   acknowledged, as BBR does after an RTO.
+//! - **Spurious losses**: the state before the most recent loss-driven reduction (window,
+//!   `inflight_hi`, short-term bounds) is restored, as Linux BBR's `undo_cwnd` does.
+//! - **Outside rate estimates** ([`Controller::on_rate_estimate`], packet-pair fast start or an
+//!   explicit-rate router): the estimate seeds the max-bandwidth filter and the Startup plateau
+//!   detector, the window opens to `cwnd_gain × estimate × RTT` and the pacing rate to the
+//!   Startup rate at that bandwidth. Startup itself continues by default: if the estimate was
+//!   right, the plateau test ends Startup three rounds later; if it was low (a probe train
+//!   squeezed by cross traffic), Startup still finds the real rate. With
+//!   [`BbrConfig::trust_rate_estimate`] the estimate is taken as the bottleneck and Startup ends
+//!   at once (for explicit-rate routers, whose figure is authoritative).
+//!
+//! # Simplifications, and why
+//!
+//! - **No packet conservation in loss recovery.** BBR in TCP holds the window at the data in
+//!   flight for the first round of fast recovery. tern's controllers are not told when a
+//!   recovery episode starts or ends, and the loss bounds above already react within a round.
+//! - **Randomness** of the probe timing (ProbeBW waits 2–3 s, or 0–1 extra rounds) comes from a
+//!   small xorshift generator seeded by the path id and stirred with the sub-millisecond part of
+//!   the times the controller is called at: controllers must not draw random numbers
+//!   themselves (module contract), this keeps runs deterministic for a given input, and two
+//!   flows on one bottleneck still drift apart because their ACK timings differ.
+//! - **ACK aggregation** (`extra_acked`) is estimated as in the draft, but (as in Linux) only
+//!   added to the window once Startup is over, and capped at 100 ms of sending.
+//! - **Send quantum / offload budget** follow Linux's rule (1 ms of sending, 2–64 kB), used only
+//!   as a floor of the window: the connection's [`Pacer`](super::Pacer) decides bursts.
+//! - **Idle restart**: after an idle period, ProbeBW paces at 1.0 × bw until the next ACK, and
+//!   ProbeRTT is not entered before data was delivered again; nothing else.
+//! - **Not implemented**: v3's `bw_probe_up_rounds` shortcut after ECN-only rounds
+//!   (`ecn_reprobe_gain`), the "fast path" optimisations, and Linux's low-RTT ECN eligibility.
+//!
+//! # References
+//!
+//! - N. Cardwell et al., *BBR Congestion Control*, draft-ietf-ccwg-bbr (the state machine and
+//!   most names here follow its pseudocode).
+//! - Y. Cheng et al., *Delivery Rate Estimation*, draft-cheng-iccrg-delivery-rate-estimation.
+//! - Linux `net/ipv4/tcp_bbr.c`, BBRv3 (github.com/google/bbr, branch `v3`).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tracing::trace;
+
+use super::classic::MAX_WINDOW;
+use super::{Controller, ControllerFactory, Metrics, PathInfo};
+use crate::recovery::rtt::RttEstimator;
+
+//= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.1.1
+//# BBR.StartupPacingGain: A constant specifying the minimum gain value for calculating the
+//# pacing rate that will allow the sending rate to double each round (4 * ln(2) ~= 2.77)
+/// Pacing gain in Startup.
+pub const STARTUP_PACING_GAIN: f64 = 2.77;
+
+/// Cwnd gain in every state but ProbeRTT and ProbeBW UP (draft: `BBR.DefaultCwndGain`).
+pub const DEFAULT_CWND_GAIN: f64 = 2.0;
+
+/// Pacing gain in Drain (draft: `BBR.DrainPacingGain`, about 1 / 2.77).
+pub const DRAIN_PACING_GAIN: f64 = 0.35;
+
+/// Pacing gain of ProbeBW DOWN.
+pub const PROBE_DOWN_PACING_GAIN: f64 = 0.9;
+
+/// Pacing gain of ProbeBW UP.
+pub const PROBE_UP_PACING_GAIN: f64 = 1.25;
+
+/// Cwnd gain of ProbeBW UP (room for the 25 % extra in flight plus a queue).
+pub const PROBE_UP_CWND_GAIN: f64 = 2.25;
+
+/// Cwnd gain in ProbeRTT: half a BDP.
+pub const PROBE_RTT_CWND_GAIN: f64 = 0.5;
+
+/// Pacing at `(1 - margin) × bw`, so that a queue the estimate built drains (draft:
+/// `BBR.PacingMarginPercent`, 1 %).
+pub const PACING_MARGIN: f64 = 0.01;
+
+/// Bandwidth growth (×1.25) that counts as "still growing" for the Startup plateau test.
+pub const FULL_BW_GROWTH: f64 = 1.25;
+
+/// Rounds without [`FULL_BW_GROWTH`] after which the pipe counts as full.
+pub const FULL_BW_ROUNDS: u32 = 3;
+
+/// Loss rate above which the data in flight is "too high" (draft: `BBR.LossThresh`, 2 %).
+pub const LOSS_THRESHOLD: f64 = 0.02;
+
+/// Fraction of CE-marked packets in a round above which the data in flight is "too high"
+/// (Linux v3 `bbr_ecn_thresh`, 50 %).
+pub const ECN_THRESHOLD: f64 = 0.5;
+
+/// Multiplicative decrease of the bounds on congestion (draft: `BBR.Beta`, 0.7).
+pub const BETA: f64 = 0.7;
+
+/// Headroom left below `inflight_hi` while cruising, for other flows (draft: `BBR.Headroom`).
+pub const HEADROOM: f64 = 0.15;
+
+/// Loss events in one round that, with a loss rate over [`LOSS_THRESHOLD`], end Startup
+/// (draft: `BBR.StartupFullLossCnt`). Here an event is one batch of packets declared lost.
+pub const STARTUP_FULL_LOSS_COUNT: u32 = 6;
+
+/// Minimum window, in datagrams (draft: `BBR.MinPipeCwnd`).
+pub const MIN_PIPE_CWND_PACKETS: u64 = 4;
+
+/// Length of the min-RTT filter.
+pub const MIN_RTT_FILTER_LEN: Duration = Duration::from_secs(10);
+
+/// ProbeRTT is entered when the RTT has not been as low as the recorded minimum for this long.
+pub const PROBE_RTT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Shortest stay in ProbeRTT at the reduced window.
+pub const PROBE_RTT_DURATION: Duration = Duration::from_millis(200);
+
+/// Upper bound of the Reno-coexistence probe interval, in rounds.
+pub const MAX_RENO_ROUNDS: u64 = 63;
+
+/// Shortest wall-clock wait between bandwidth probes; a random 0–1 s is added.
+pub const PROBE_WAIT_BASE: Duration = Duration::from_secs(2);
+
+/// Rounds per slot of the two-slot ACK-aggregation max filter (so it spans 5–10 rounds).
+pub const EXTRA_ACKED_WINDOW_ROUNDS: u32 = 5;
+
+/// Largest ACK-aggregation allowance, as time at the current bandwidth (Linux:
+/// `bbr_extra_acked_max_us`).
+pub const EXTRA_ACKED_MAX: Duration = Duration::from_millis(100);
+
+/// Most send snapshots kept. Beyond it new packets get none (so their ACKs give no rate sample)
+/// until old ones are pruned; at 80 bytes per entry this bounds the ring to about 640 kB, far
+/// above what a path needs (one entry per distinct send instant in flight).
+pub const MAX_SNAPSHOTS: usize = 8192;
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+
+/// Where the controller is in the BBR state machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum State {
+    /// Exponential search for the bottleneck bandwidth.
+    Startup,
+    /// Draining the queue Startup built.
+    Drain,
+    /// Steady state: one of the four bandwidth-probing phases.
+    ProbeBw(Phase),
+    /// Window cut to half a BDP to measure the minimum RTT again.
+    ProbeRtt,
+}
+
+/// The phases of ProbeBW.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Pacing below the estimate to drain the queue left by the last probe.
+    Down,
+    /// Pacing at the estimate, leaving headroom below `inflight_hi`.
+    Cruise,
+    /// One round at the estimate, with the short-term bounds lifted, to fill the pipe.
+    Refill,
+    /// Pacing above the estimate, raising `inflight_hi`, to find more bandwidth.
+    Up,
+}
+
+/// Which ACKs reflect a bandwidth probe (draft: `BBR.ack_phase`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckPhase {
+    Init,
+    Refilling,
+    ProbeStarting,
+    ProbeFeedback,
+    ProbeStopping,
+}
+
+/// Delivery state when a packet was sent (draft-cheng-iccrg-delivery-rate-estimation §3.2),
+/// shared by every packet sent at the same instant.
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    sent: Instant,
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    lost: u64,
+    /// Bytes in flight when the (last) packet of this instant was sent, itself included.
+    tx_in_flight: u64,
+    app_limited: bool,
+}
+
+/// The rate sample being built from one ACK frame's acknowledgements.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sample {
+    /// The snapshot of the most recently sent packet acknowledged (the newest delivered).
+    prior: Option<Snapshot>,
+    /// `C.delivered_time - P.delivered_time` for that packet.
+    ack_elapsed: Duration,
+    /// `P.sent_time - P.first_sent_time` for that packet.
+    send_elapsed: Duration,
+    /// Some acknowledged packet said it was sent while app-limited.
+    app_limited_flag: bool,
+    /// Bytes newly acknowledged.
+    newly_acked: u64,
+    /// Shortest `now - sent` among the acknowledged packets.
+    rtt: Option<Duration>,
+}
+
+/// A finished rate sample (draft: `rs`).
+#[derive(Debug, Clone, Copy, Default)]
+struct RateSample {
+    /// Bytes per second, `None` if the sample is not valid (no snapshot, or an interval
+    /// shorter than the minimum RTT).
+    delivery_rate: Option<u64>,
+    /// Bytes delivered over the sample's interval (`C.delivered - P.delivered`).
+    delivered: u64,
+    prior_delivered: Option<u64>,
+    is_app_limited: bool,
+    tx_in_flight: u64,
+    /// Bytes lost since the packet was sent.
+    lost: u64,
+    newly_acked: u64,
+    rtt: Option<Duration>,
+}
+
+/// Loss and ECN accounting of the current loss round.
+#[derive(Debug, Clone, Copy, Default)]
+struct RoundSignals {
+    lost: u64,
+    loss_events: u32,
+    ce_packets: u64,
+}
+
+/// What a reduction changed, restored if its loss turns out spurious.
+#[derive(Debug, Clone, Copy)]
+struct Undo {
+    cwnd: u64,
+    inflight_hi: u64,
+    bw_lo: u64,
+    inflight_lo: u64,
+}
+
+/// A BBRv3 controller for one path. Usually built by [`BbrConfig`]; see the
+/// [module documentation](self).
+#[derive(Debug, Clone)]
+pub struct Bbr {
+    config: BbrConfig,
+    path_id: u32,
+    mss: u64,
+    initial_cwnd: u64,
+    /// Latest time seen (callbacks may go backwards; the state machine never does).
+    now: Instant,
+    created: Instant,
+
+    cwnd: u64,
+    pacing_rate: u64,
+    state: State,
+    pacing_gain: f64,
+    cwnd_gain: f64,
+
+    // Delivery-rate sampling (draft-cheng-iccrg-delivery-rate-estimation).
+    snapshots: VecDeque<Snapshot>,
+    delivered: u64,
+    delivered_time: Instant,
+    first_sent_time: Instant,
+    lost: u64,
+    /// `C.app_limited`: the delivered count at which the current app-limited bubble ends, 0 = none.
+    app_limited_until: u64,
+    bytes_in_flight: u64,
+    /// Snapshots older than this are resolved (acknowledged or declared lost).
+    prune_before: Option<Instant>,
+    loss_delay: Duration,
+    sample: Sample,
+
+    // Round counting.
+    next_round_delivered: u64,
+    round_count: u64,
+    round_start: bool,
+    rounds_since_bw_probe: u64,
+
+    // Bandwidth model.
+    /// Two-slot max filter, one slot per ProbeBW cycle (Linux `bw_hi[2]`).
+    max_bw_slots: [u64; 2],
+    max_bw: u64,
+    /// `u64::MAX` = unset (infinite).
+    bw_lo: u64,
+    bw: u64,
+    bw_latest: u64,
+    inflight_latest: u64,
+    /// `u64::MAX` = unset (infinite).
+    inflight_hi: u64,
+    /// `u64::MAX` = unset (infinite).
+    inflight_lo: u64,
+
+    // Loss rounds.
+    loss_round_delivered: u64,
+    loss_round_start: bool,
+    round_signals: RoundSignals,
+    /// Delivered count when the current loss round began.
+    loss_round_base: u64,
+    /// The round that just ended had loss (or CE above the threshold).
+    congestion_in_round: bool,
+
+    // Min RTT.
+    min_rtt: Option<Duration>,
+    min_rtt_stamp: Instant,
+    probe_rtt_min_delay: Option<Duration>,
+    probe_rtt_min_stamp: Instant,
+    probe_rtt_expired: bool,
+    probe_rtt_done_stamp: Option<Instant>,
+    probe_rtt_round_done: bool,
+    prior_cwnd: u64,
+    idle_restart: bool,
+
+    // Startup plateau.
+    full_bw: u64,
+    full_bw_count: u32,
+    full_bw_now: bool,
+    full_bw_reached: bool,
+
+    // ProbeBW cycle.
+    cycle_stamp: Instant,
+    ack_phase: AckPhase,
+    bw_probe_wait: Duration,
+    bw_probe_samples: bool,
+    bw_probe_up_rounds: u32,
+    bw_probe_up_acks: u64,
+    /// Bytes to acknowledge per datagram of `inflight_hi` growth; `u64::MAX` = not growing.
+    probe_up_cnt: u64,
+    prev_probe_too_high: bool,
+    stopped_risky_probe: bool,
+
+    // ACK aggregation.
+    extra_acked: [u64; 2],
+    extra_acked_slot: usize,
+    extra_acked_slot_rounds: u32,
+    extra_acked_interval_start: Instant,
+    extra_acked_delivered: u64,
+
+    cwnd_limited_in_round: bool,
+    cwnd_limited: bool,
+
+    rng: u64,
+    undo: Option<Undo>,
+    congestion_events: u64,
+    persistent_congestion_events: u64,
+    undone_congestion_events: u64,
+}
+
+impl Bbr {
+    /// A controller for the path `info`, starting in Startup with the configured initial window.
+    pub fn new(config: &BbrConfig, now: Instant, info: &PathInfo) -> Self {
+        let mss = u64::from(info.max_datagram_size).max(1);
+        let mut this = Self {
+            config: config.clone(),
+            path_id: info.path_id,
+            mss,
+            initial_cwnd: 0,
+            now,
+            created: now,
+            cwnd: 0,
+            pacing_rate: 0,
+            state: State::Startup,
+            pacing_gain: STARTUP_PACING_GAIN,
+            cwnd_gain: DEFAULT_CWND_GAIN,
+            snapshots: VecDeque::new(),
+            delivered: 0,
+            delivered_time: now,
+            first_sent_time: now,
+            lost: 0,
+            app_limited_until: 0,
+            bytes_in_flight: 0,
+            prune_before: None,
+            loss_delay: Duration::ZERO,
+            sample: Sample::default(),
+            next_round_delivered: 0,
+            round_count: 0,
+            round_start: false,
+            rounds_since_bw_probe: 0,
+            max_bw_slots: [0; 2],
+            max_bw: 0,
+            bw_lo: u64::MAX,
+            bw: 0,
+            bw_latest: 0,
+            inflight_latest: 0,
+            inflight_hi: u64::MAX,
+            inflight_lo: u64::MAX,
+            loss_round_delivered: 0,
+            loss_round_start: false,
+            round_signals: RoundSignals::default(),
+            loss_round_base: 0,
+            congestion_in_round: false,
+            min_rtt: None,
+            min_rtt_stamp: now,
+            probe_rtt_min_delay: None,
+            probe_rtt_min_stamp: now,
+            probe_rtt_expired: false,
+            probe_rtt_done_stamp: None,
+            probe_rtt_round_done: false,
+            prior_cwnd: 0,
+            idle_restart: false,
+            full_bw: 0,
+            full_bw_count: 0,
+            full_bw_now: false,
+            full_bw_reached: false,
+            cycle_stamp: now,
+            ack_phase: AckPhase::Init,
+            bw_probe_wait: PROBE_WAIT_BASE,
+            bw_probe_samples: false,
+            bw_probe_up_rounds: 0,
+            bw_probe_up_acks: 0,
+            probe_up_cnt: u64::MAX,
+            prev_probe_too_high: false,
+            stopped_risky_probe: false,
+            extra_acked: [0; 2],
+            extra_acked_slot: 0,
+            extra_acked_slot_rounds: 0,
+            extra_acked_interval_start: now,
+            extra_acked_delivered: 0,
+            cwnd_limited_in_round: false,
+            cwnd_limited: false,
+            // Any non-zero seed; the path id keeps the paths of one connection apart.
+            rng: 0x9e37_79b9_7f4a_7c15 ^ u64::from(info.path_id).wrapping_mul(0xff51_afd7_ed55_8ccd),
+            undo: None,
+            congestion_events: 0,
+            persistent_congestion_events: 0,
+            undone_congestion_events: 0,
+        };
+        this.initial_cwnd = this.compute_initial_cwnd();
+        this.cwnd = this.initial_cwnd;
+        //= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.6.2
+        //# nominal_bandwidth = InitialCwnd / (SRTT ? SRTT : 1ms)
+        //# BBR.pacing_rate =  BBR.StartupPacingGain * nominal_bandwidth
+        let rtt = info.initial_rtt.max(Duration::from_millis(1));
+        let nominal = rate_of(this.initial_cwnd, rtt);
+        this.pacing_rate = mul_gain(nominal, STARTUP_PACING_GAIN).max(1);
+        this
+    }
+
+    /// The current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The bandwidth estimate used for pacing and the window, `min(max_bw, bw_lo)`, in
+    /// bytes per second.
+    pub fn bandwidth(&self) -> u64 {
+        self.bw
+    }
+
+    /// The windowed maximum delivery rate, in bytes per second.
+    pub fn max_bandwidth(&self) -> u64 {
+        self.max_bw
+    }
+
+    /// The windowed minimum RTT, `None` before the first sample.
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt
+    }
+
+    /// The long-term bound on data in flight, `None` while unset.
+    pub fn inflight_hi(&self) -> Option<u64> {
+        (self.inflight_hi != u64::MAX).then_some(self.inflight_hi)
+    }
+
+    /// The short-term bound on data in flight, `None` while unset.
+    pub fn inflight_lo(&self) -> Option<u64> {
+        (self.inflight_lo != u64::MAX).then_some(self.inflight_lo)
+    }
+
+    /// The short-term bandwidth bound, `None` while unset.
+    pub fn bw_lo(&self) -> Option<u64> {
+        (self.bw_lo != u64::MAX).then_some(self.bw_lo)
+    }
+
+    /// Whether Startup found the pipe full (it never goes back to false).
+    pub fn full_bw_reached(&self) -> bool {
+        self.full_bw_reached
+    }
+
+    /// Packet-timed rounds counted so far.
+    pub fn round_count(&self) -> u64 {
+        self.round_count
+    }
+
+    /// Send snapshots currently held (for tests of the ring's bound).
+    pub fn snapshots_held(&self) -> usize {
+        self.snapshots.len()
+    }
+
+    /// Minimum window in bytes (4 datagrams).
+    pub fn minimum_window(&self) -> u64 {
+        MIN_PIPE_CWND_PACKETS.saturating_mul(self.mss).min(MAX_WINDOW)
+    }
+
+    fn compute_initial_cwnd(&self) -> u64 {
+        u64::from(self.config.initial_window_packets)
+            .saturating_mul(self.mss)
+            .clamp(self.minimum_window(), MAX_WINDOW)
+    }
+
+    /// Advances the internal clock; time never goes backwards inside the state machine.
+    fn clock(&mut self, now: Instant) -> Instant {
+        if now > self.now {
+            self.now = now;
+        }
+        self.now
+    }
+
+    /// A pseudo-random number (xorshift64*), stirred with the time of the call.
+    fn random(&mut self) -> u64 {
+        let stir = self.now.saturating_duration_since(self.created).subsec_nanos();
+        let mut x = self.rng ^ u64::from(stir).wrapping_mul(0x2545_f491_4f6c_dd1d);
+        if x == 0 {
+            x = 0x9e37_79b9_7f4a_7c15;
+        }
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Model arithmetic.
+    // -----------------------------------------------------------------------------------------
+
+    /// `gain × bw × min_rtt`, or the initial window before an RTT sample (draft:
+    /// `BBRBDPMultiple`).
+    fn bdp_multiple(&self, bw: u64, gain: f64) -> u64 {
+        match self.min_rtt {
+            None => self.initial_cwnd,
+            Some(rtt) => mul_gain(bytes_in(bw, rtt), gain),
+        }
+    }
+
+    /// Linux's send quantum: 1 ms of sending, between 2 datagrams and 64 kB.
+    fn send_quantum(&self) -> u64 {
+        let per_ms = self.pacing_rate / 1000;
+        let floor = if self.pacing_rate < 1_200_000 / 8 {
+            self.mss
+        } else {
+            2 * self.mss
+        };
+        per_ms.clamp(floor, (64 * 1024u64).max(floor))
+    }
+
+    /// Draft `BBRQuantizationBudget`.
+    fn quantization_budget(&self, inflight: u64) -> u64 {
+        let offload = self.send_quantum().saturating_mul(3);
+        let mut inflight = inflight.max(offload).max(self.minimum_window());
+        if self.state == State::ProbeBw(Phase::Up) {
+            inflight = inflight.saturating_add(2 * self.mss);
+        }
+        inflight.min(MAX_WINDOW)
+    }
+
+    /// Draft `BBRInflight(bw, gain)`.
+    fn inflight(&self, bw: u64, gain: f64) -> u64 {
+        self.quantization_budget(self.bdp_multiple(bw, gain))
+    }
+
+    /// Draft `BBRInflightWithHeadroom`: `inflight_hi` minus 15 %, for other flows.
+    fn inflight_with_headroom(&self) -> u64 {
+        if self.inflight_hi == u64::MAX {
+            return u64::MAX;
+        }
+        let headroom = mul_gain(self.inflight_hi, HEADROOM).max(self.mss);
+        self.inflight_hi
+            .saturating_sub(headroom)
+            .max(self.minimum_window())
+    }
+
+    /// Draft `BBRTargetInflight`: the BDP, or the window if smaller.
+    fn target_inflight(&self) -> u64 {
+        self.bdp_multiple(self.bw, 1.0).min(self.cwnd)
+    }
+
+    fn extra_acked(&self) -> u64 {
+        self.extra_acked[0].max(self.extra_acked[1])
+    }
+
+    fn is_probing_bw(&self) -> bool {
+        matches!(
+            self.state,
+            State::Startup | State::ProbeBw(Phase::Refill) | State::ProbeBw(Phase::Up)
+        )
+    }
+
+    fn is_cwnd_limited(&self) -> bool {
+        self.cwnd_limited || self.cwnd_limited_in_round
+    }
+
+    /// Marks the connection app-limited until what is in flight now is delivered.
+    fn mark_app_limited(&mut self) {
+        self.app_limited_until = self
+            .delivered
+            .saturating_add(self.bytes_in_flight)
+            .max(1);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Delivery-rate sampling.
+    // -----------------------------------------------------------------------------------------
+
+    fn snapshot_index(&self, sent: Instant) -> Option<usize> {
+        self.snapshots
+            .binary_search_by(|s| s.sent.cmp(&sent))
+            .ok()
+    }
+
+    fn prune(&mut self) {
+        if let Some(before) = self.prune_before {
+            while self.snapshots.front().is_some_and(|s| s.sent < before) {
+                self.snapshots.pop_front();
+            }
+        }
+    }
+
+    /// Turns the accumulated acknowledgements into a rate sample (draft-cheng §3.3).
+    fn finish_sample(&mut self) -> RateSample {
+        let s = std::mem::take(&mut self.sample);
+        let mut rs = RateSample {
+            newly_acked: s.newly_acked,
+            rtt: s.rtt,
+            is_app_limited: s.app_limited_flag,
+            ..RateSample::default()
+        };
+        let Some(p) = s.prior else {
+            return rs;
+        };
+        rs.prior_delivered = Some(p.delivered);
+        rs.delivered = self.delivered.saturating_sub(p.delivered);
+        rs.is_app_limited |= p.app_limited;
+        rs.tx_in_flight = p.tx_in_flight;
+        rs.lost = self.lost.saturating_sub(p.lost);
+        //= https://datatracker.ietf.org/doc/html/draft-cheng-iccrg-delivery-rate-estimation#section-3.3
+        //# Use the longer of the send_elapsed and ack_elapsed
+        let interval = s.send_elapsed.max(s.ack_elapsed);
+        //# Normally we expect interval >= MinRTT.
+        let too_short = interval.is_zero() || self.min_rtt.is_some_and(|m| interval < m);
+        if !too_short && rs.delivered > 0 {
+            rs.delivery_rate = Some(rate_of(rs.delivered, interval));
+        }
+        rs
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // The per-ACK update (draft §5.2 BBRUpdateOnACK).
+    // -----------------------------------------------------------------------------------------
+
+    fn update_on_ack(&mut self, now: Instant, rs: &RateSample) {
+        self.update_model_and_state(now, rs);
+        self.update_control_parameters(rs);
+    }
+
+    fn update_model_and_state(&mut self, now: Instant, rs: &RateSample) {
+        self.update_latest_delivery_signals(rs);
+        self.update_congestion_signals(rs);
+        self.update_ack_aggregation(now, rs);
+        self.check_full_bw_reached(rs);
+        self.check_startup_done();
+        self.check_drain_done();
+        self.update_probe_bw_cycle_phase(now, rs);
+        self.update_min_rtt(now, rs);
+        self.check_probe_rtt(now, rs);
+        self.advance_latest_delivery_signals(rs);
+        self.bound_bw_for_model();
+    }
+
+    fn update_control_parameters(&mut self, rs: &RateSample) {
+        self.set_pacing_rate(self.pacing_gain);
+        self.set_cwnd(rs);
+    }
+
+    fn update_round(&mut self, rs: &RateSample) {
+        self.round_start = false;
+        let Some(prior) = rs.prior_delivered else {
+            return;
+        };
+        if prior >= self.next_round_delivered {
+            self.start_round();
+            self.round_count += 1;
+            self.rounds_since_bw_probe += 1;
+            self.round_start = true;
+            self.cwnd_limited = self.cwnd_limited_in_round;
+            self.cwnd_limited_in_round = false;
+        }
+    }
+
+    fn start_round(&mut self) {
+        self.next_round_delivered = self.delivered;
+    }
+
+    fn update_max_bw(&mut self, rs: &RateSample) {
+        self.update_round(rs);
+        let Some(rate) = rs.delivery_rate else {
+            return;
+        };
+        //= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.5.4
+        //# if (rs.delivery_rate >= BBR.max_bw || !rs.is_app_limited)
+        if rate >= self.max_bw || !rs.is_app_limited {
+            self.max_bw_slots[1] = self.max_bw_slots[1].max(rate);
+            self.max_bw = self.max_bw_slots[0].max(self.max_bw_slots[1]);
+        }
+    }
+
+    /// Starts a new ProbeBW cycle's slot of the max-bandwidth filter, forgetting the slot of
+    /// the cycle before the previous one.
+    fn advance_max_bw_filter(&mut self) {
+        self.max_bw_slots[0] = self.max_bw_slots[1];
+        self.max_bw_slots[1] = 0;
+        self.max_bw = self.max_bw_slots[0];
+    }
+
+    fn update_latest_delivery_signals(&mut self, rs: &RateSample) {
+        self.loss_round_start = false;
+        self.bw_latest = self.bw_latest.max(rs.delivery_rate.unwrap_or(0));
+        self.inflight_latest = self.inflight_latest.max(rs.delivered);
+        if rs
+            .prior_delivered
+            .is_some_and(|p| p >= self.loss_round_delivered)
+        {
+            self.loss_round_delivered = self.delivered;
+            self.loss_round_start = true;
+        }
+    }
+
+    fn advance_latest_delivery_signals(&mut self, rs: &RateSample) {
+        if self.loss_round_start {
+            self.bw_latest = rs.delivery_rate.unwrap_or(0);
+            self.inflight_latest = rs.delivered;
+        }
+    }
+
+    fn reset_congestion_signals(&mut self) {
+        self.congestion_in_round = false;
+        self.round_signals = RoundSignals::default();
+        self.loss_round_base = self.delivered;
+        self.bw_latest = 0;
+        self.inflight_latest = 0;
+    }
+
+    fn update_congestion_signals(&mut self, rs: &RateSample) {
+        self.update_max_bw(rs);
+        if !self.loss_round_start {
+            return;
+        }
+        // The loss round ended: judge it.
+        let signals = self.round_signals;
+        let delivered = self.delivered.saturating_sub(self.loss_round_base);
+        let ecn_too_high = ce_fraction(signals.ce_packets, delivered, self.mss) > ECN_THRESHOLD;
+        self.congestion_in_round = signals.lost > 0 || ecn_too_high;
+        let loss_rate = ratio(signals.lost, delivered.saturating_add(signals.lost));
+        if self.state == State::Startup && !self.full_bw_reached {
+            self.check_startup_high_loss(signals, loss_rate, ecn_too_high);
+        }
+        if ecn_too_high && self.bw_probe_samples {
+            self.handle_inflight_too_high(rs.is_app_limited, rs.tx_in_flight);
+        }
+        self.adapt_lower_bounds_from_congestion();
+        self.round_signals = RoundSignals::default();
+        self.loss_round_base = self.delivered;
+        self.congestion_in_round = false;
+    }
+
+    /// Draft `BBRCheckStartupHighLoss`: a lossy round ends Startup (and a CE-heavy one).
+    fn check_startup_high_loss(&mut self, signals: RoundSignals, loss_rate: f64, ecn: bool) {
+        let lossy =
+            signals.loss_events >= STARTUP_FULL_LOSS_COUNT && loss_rate > LOSS_THRESHOLD;
+        if !lossy && !ecn {
+            return;
+        }
+        self.save_undo();
+        self.full_bw_reached = true;
+        self.inflight_hi = self
+            .bdp_multiple(self.bw, 1.0)
+            .max(self.inflight_latest)
+            .max(self.minimum_window());
+        self.congestion_events += 1;
+        trace!(
+            path = self.path_id,
+            loss_rate,
+            ecn,
+            inflight_hi = self.inflight_hi,
+            "bbr: startup ends on loss/ECN"
+        );
+    }
+
+    fn adapt_lower_bounds_from_congestion(&mut self) {
+        if self.is_probing_bw() || !self.congestion_in_round {
+            return;
+        }
+        self.save_undo();
+        //= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.5.10.3
+        //# BBR.bw_lo       = max(BBR.bw_latest,       BBRBeta * BBR.bw_lo)
+        //# BBR.inflight_lo = max(BBR.inflight_latest, BBRBeta * BBR.inflight_lo)
+        if self.bw_lo == u64::MAX {
+            self.bw_lo = self.max_bw;
+        }
+        if self.inflight_lo == u64::MAX {
+            self.inflight_lo = self.cwnd;
+        }
+        self.bw_lo = self.bw_latest.max(mul_gain(self.bw_lo, BETA));
+        self.inflight_lo = self
+            .inflight_latest
+            .max(mul_gain(self.inflight_lo, BETA));
+        self.congestion_events += 1;
+    }
+
+    fn reset_short_term_model(&mut self) {
+        self.bw_lo = u64::MAX;
+        self.inflight_lo = u64::MAX;
+    }
+
+    fn bound_bw_for_model(&mut self) {
+        self.bw = self.max_bw.min(self.bw_lo);
+    }
+
+    fn update_ack_aggregation(&mut self, now: Instant, rs: &RateSample) {
+        if self.round_start {
+            self.extra_acked_slot_rounds += 1;
+            if self.extra_acked_slot_rounds >= EXTRA_ACKED_WINDOW_ROUNDS {
+                self.extra_acked_slot_rounds = 0;
+                self.extra_acked_slot ^= 1;
+                self.extra_acked[self.extra_acked_slot] = 0;
+            }
+        }
+        let interval = now.saturating_duration_since(self.extra_acked_interval_start);
+        let mut expected = bytes_in(self.bw, interval);
+        if self.extra_acked_delivered <= expected {
+            // Not ahead of the estimate: start a new aggregation epoch.
+            self.extra_acked_delivered = 0;
+            self.extra_acked_interval_start = now;
+            expected = 0;
+        }
+        self.extra_acked_delivered = self.extra_acked_delivered.saturating_add(rs.newly_acked);
+        let extra = self
+            .extra_acked_delivered
+            .saturating_sub(expected)
+            .min(self.cwnd);
+        let slot = &mut self.extra_acked[self.extra_acked_slot];
+        *slot = (*slot).max(extra);
+    }
+
+    fn reset_full_bw(&mut self) {
+        self.full_bw = 0;
+        self.full_bw_count = 0;
+        self.full_bw_now = false;
+    }
+
+    /// Draft `BBRCheckFullBWReached`: three rounds without 25 % growth.
+    fn check_full_bw_reached(&mut self, rs: &RateSample) {
+        if self.full_bw_now || rs.is_app_limited || rs.delivery_rate.is_none() {
+            return;
+        }
+        let threshold = mul_gain(self.full_bw, FULL_BW_GROWTH);
+        if self.max_bw >= threshold && self.max_bw > self.full_bw {
+            self.reset_full_bw();
+            self.full_bw = self.max_bw;
+            return;
+        }
+        if !self.round_start {
+            return;
+        }
+        self.full_bw_count += 1;
+        self.full_bw_now = self.full_bw_count >= FULL_BW_ROUNDS;
+        if self.full_bw_now && !self.full_bw_reached {
+            self.full_bw_reached = true;
+            trace!(path = self.path_id, bw = self.max_bw, "bbr: pipe full");
+        }
+    }
+
+    fn check_startup_done(&mut self) {
+        if self.state == State::Startup && self.full_bw_reached {
+            self.enter_drain();
+        }
+    }
+
+    fn enter_startup(&mut self) {
+        self.state = State::Startup;
+        self.pacing_gain = STARTUP_PACING_GAIN;
+        self.cwnd_gain = DEFAULT_CWND_GAIN;
+    }
+
+    fn enter_drain(&mut self) {
+        self.state = State::Drain;
+        self.pacing_gain = DRAIN_PACING_GAIN;
+        self.cwnd_gain = DEFAULT_CWND_GAIN;
+    }
+
+    fn check_drain_done(&mut self) {
+        if self.state == State::Drain && self.bytes_in_flight <= self.inflight(self.bw, 1.0) {
+            self.enter_probe_bw();
+        }
+    }
+
+    fn enter_probe_bw(&mut self) {
+        self.cwnd_gain = DEFAULT_CWND_GAIN;
+        self.start_probe_bw_down();
+    }
+
+    fn pick_probe_wait(&mut self) {
+        //= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.3.3.5.3
+        //# BBR.rounds_since_bw_probe = random_int_between(0, 1)
+        //# BBR.bw_probe_wait = 2 + random_float_between(0.0, 1.0)
+        let r = self.random();
+        self.rounds_since_bw_probe = r & 1;
+        let millis = (r >> 1) % 1000;
+        self.bw_probe_wait = PROBE_WAIT_BASE + Duration::from_millis(millis);
+    }
+
+    fn start_probe_bw_down(&mut self) {
+        self.reset_congestion_signals();
+        self.probe_up_cnt = u64::MAX;
+        self.pick_probe_wait();
+        self.cycle_stamp = self.now;
+        self.ack_phase = AckPhase::ProbeStopping;
+        self.start_round();
+        self.state = State::ProbeBw(Phase::Down);
+        self.pacing_gain = PROBE_DOWN_PACING_GAIN;
+        self.cwnd_gain = DEFAULT_CWND_GAIN;
+    }
+
+    fn start_probe_bw_cruise(&mut self) {
+        if self.inflight_lo != u64::MAX {
+            self.inflight_lo = self.inflight_lo.min(self.inflight_hi);
+        }
+        self.state = State::ProbeBw(Phase::Cruise);
+        self.pacing_gain = 1.0;
+        self.cwnd_gain = DEFAULT_CWND_GAIN;
+    }
+
+    fn start_probe_bw_refill(&mut self) {
+        self.reset_short_term_model();
+        self.bw_probe_up_rounds = 0;
+        self.bw_probe_up_acks = 0;
+        self.stopped_risky_probe = false;
+        self.ack_phase = AckPhase::Refilling;
+        self.start_round();
+        self.state = State::ProbeBw(Phase::Refill);
+        self.pacing_gain = 1.0;
+        self.cwnd_gain = DEFAULT_CWND_GAIN;
+    }
+
+    fn start_probe_bw_up(&mut self, rs: &RateSample) {
+        self.ack_phase = AckPhase::ProbeStarting;
+        self.start_round();
+        self.cycle_stamp = self.now;
+        self.reset_full_bw();
+        self.full_bw = rs.delivery_rate.unwrap_or(self.max_bw);
+        self.state = State::ProbeBw(Phase::Up);
+        self.pacing_gain = PROBE_UP_PACING_GAIN;
+        self.cwnd_gain = PROBE_UP_CWND_GAIN;
+        self.raise_inflight_hi_slope();
+    }
+
+    /// Draft `BBRRaiseInflightHiSlope`: 1, 2, 4, … datagrams of growth per round.
+    fn raise_inflight_hi_slope(&mut self) {
+        let growth_packets = 1u64 << self.bw_probe_up_rounds.min(30);
+        self.bw_probe_up_rounds = (self.bw_probe_up_rounds + 1).min(30);
+        let cwnd_packets = (self.cwnd / self.mss).max(1);
+        // Bytes acknowledged per datagram of growth.
+        self.probe_up_cnt = (cwnd_packets / growth_packets).max(1).saturating_mul(self.mss);
+    }
+
+    /// Draft `BBRProbeInflightHiUpward`.
+    fn probe_inflight_hi_upward(&mut self, rs: &RateSample) {
+        if !self.is_cwnd_limited() || self.cwnd < self.inflight_hi {
+            return;
+        }
+        self.bw_probe_up_acks = self.bw_probe_up_acks.saturating_add(rs.newly_acked);
+        if self.probe_up_cnt != u64::MAX && self.bw_probe_up_acks >= self.probe_up_cnt {
+            let delta = self.bw_probe_up_acks / self.probe_up_cnt.max(1);
+            self.bw_probe_up_acks -= delta * self.probe_up_cnt;
+            self.inflight_hi = self
+                .inflight_hi
+                .saturating_add(delta.saturating_mul(self.mss))
+                .min(MAX_WINDOW);
+        }
+        if self.round_start {
+            self.raise_inflight_hi_slope();
+        }
+    }
+
+    fn is_inflight_too_high(&self, lost: u64, tx_in_flight: u64) -> bool {
+        lost > 0 && lost as f64 > tx_in_flight as f64 * LOSS_THRESHOLD
+    }
+
+    /// Draft `BBRHandleInflightTooHigh`: cut `inflight_hi` once per probe, end UP.
+    fn handle_inflight_too_high(&mut self, app_limited: bool, tx_in_flight: u64) {
+        self.save_undo();
+        self.prev_probe_too_high = true;
+        self.bw_probe_samples = false;
+        if !app_limited {
+            self.inflight_hi = tx_in_flight
+                .max(mul_gain(self.target_inflight(), BETA))
+                .max(self.minimum_window());
+        }
+        self.congestion_events += 1;
+        trace!(
+            path = self.path_id,
+            inflight_hi = self.inflight_hi,
+            "bbr: inflight too high"
+        );
+        if self.state == State::ProbeBw(Phase::Up) {
+            self.start_probe_bw_down();
+        }
+    }
+
+    /// Draft `BBRAdaptUpperBounds`. Returns true if it changed the ProbeBW phase.
+    fn adapt_upper_bounds(&mut self, rs: &RateSample) -> bool {
+        if self.ack_phase == AckPhase::ProbeStarting && self.round_start {
+            self.ack_phase = AckPhase::ProbeFeedback;
+        }
+        if self.ack_phase == AckPhase::ProbeStopping && self.round_start {
+            // End of the samples from the last bandwidth probe.
+            self.bw_probe_samples = false;
+            self.ack_phase = AckPhase::Init;
+            if matches!(self.state, State::ProbeBw(_)) && !rs.is_app_limited {
+                self.advance_max_bw_filter();
+            }
+            if matches!(self.state, State::ProbeBw(_))
+                && self.stopped_risky_probe
+                && !self.prev_probe_too_high
+            {
+                self.start_probe_bw_refill();
+                return true;
+            }
+        }
+        if rs.prior_delivered.is_none() {
+            return false;
+        }
+        if self.is_inflight_too_high(rs.lost, rs.tx_in_flight) {
+            if self.bw_probe_samples {
+                self.handle_inflight_too_high(rs.is_app_limited, rs.tx_in_flight);
+            }
+            return false;
+        }
+        if self.inflight_hi == u64::MAX {
+            return false;
+        }
+        // Loss is low at this inflight: a higher level is safe in any phase.
+        if rs.tx_in_flight > self.inflight_hi {
+            self.inflight_hi = rs.tx_in_flight;
+        }
+        if self.state == State::ProbeBw(Phase::Up) {
+            self.probe_inflight_hi_upward(rs);
+        }
+        false
+    }
+
+    fn has_elapsed_in_phase(&self, interval: Duration) -> bool {
+        self.now.saturating_duration_since(self.cycle_stamp) > interval
+    }
+
+    fn is_reno_coexistence_probe_time(&self) -> bool {
+        let reno_rounds = self.target_inflight() / self.mss;
+        self.rounds_since_bw_probe >= reno_rounds.min(MAX_RENO_ROUNDS)
+    }
+
+    fn check_time_to_probe_bw(&mut self) -> bool {
+        if self.has_elapsed_in_phase(self.bw_probe_wait) || self.is_reno_coexistence_probe_time()
+        {
+            self.start_probe_bw_refill();
+            return true;
+        }
+        false
+    }
+
+    fn is_time_to_cruise(&self) -> bool {
+        if self.bytes_in_flight > self.inflight_with_headroom() {
+            return false;
+        }
+        self.bytes_in_flight <= self.inflight(self.max_bw, 1.0)
+    }
+
+    fn update_probe_bw_cycle_phase(&mut self, _now: Instant, rs: &RateSample) {
+        if !self.full_bw_reached {
+            return;
+        }
+        if self.adapt_upper_bounds(rs) {
+            return;
+        }
+        let State::ProbeBw(phase) = self.state else {
+            return;
+        };
+        match phase {
+            Phase::Down => {
+                if self.check_time_to_probe_bw() {
+                    return;
+                }
+                if self.is_time_to_cruise() {
+                    self.start_probe_bw_cruise();
+                }
+            }
+            Phase::Cruise => {
+                self.check_time_to_probe_bw();
+            }
+            Phase::Refill => {
+                if self.round_start {
+                    self.bw_probe_samples = true;
+                    self.start_probe_bw_up(rs);
+                }
+            }
+            Phase::Up => {
+                let mut done = false;
+                if self.prev_probe_too_high && self.bytes_in_flight >= self.inflight_hi {
+                    // Back at the level that was too high last time: stop before it is again.
+                    self.stopped_risky_probe = true;
+                    done = true;
+                } else if self.is_cwnd_limited() && self.cwnd >= self.inflight_hi {
+                    // inflight_hi, not the path, limits growth: keep probing.
+                    self.reset_full_bw();
+                    self.full_bw = rs.delivery_rate.unwrap_or(self.max_bw);
+                } else if self.full_bw_now {
+                    done = true;
+                }
+                if done {
+                    self.prev_probe_too_high = false;
+                    self.start_probe_bw_down();
+                }
+            }
+        }
+    }
+
+    fn update_min_rtt(&mut self, now: Instant, rs: &RateSample) {
+        //= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.3.4.4
+        self.probe_rtt_expired =
+            now.saturating_duration_since(self.probe_rtt_min_stamp) > PROBE_RTT_INTERVAL;
+        if let Some(rtt) = rs.rtt {
+            if self.probe_rtt_min_delay.is_none_or(|m| rtt < m) || self.probe_rtt_expired {
+                self.probe_rtt_min_delay = Some(rtt);
+                self.probe_rtt_min_stamp = now;
+            }
+        }
+        let min_rtt_expired =
+            now.saturating_duration_since(self.min_rtt_stamp) > MIN_RTT_FILTER_LEN;
+        if let Some(delay) = self.probe_rtt_min_delay {
+            if self.min_rtt.is_none_or(|m| delay < m) || min_rtt_expired {
+                self.min_rtt = Some(delay);
+                self.min_rtt_stamp = self.probe_rtt_min_stamp;
+            }
+        }
+    }
+
+    fn check_probe_rtt(&mut self, now: Instant, rs: &RateSample) {
+        if self.state != State::ProbeRtt && self.probe_rtt_expired && !self.idle_restart {
+            self.enter_probe_rtt();
+            self.save_cwnd();
+            self.probe_rtt_done_stamp = None;
+            self.ack_phase = AckPhase::ProbeStopping;
+            self.start_round();
+        }
+        if self.state == State::ProbeRtt {
+            self.handle_probe_rtt(now);
+        }
+        if rs.delivered > 0 {
+            self.idle_restart = false;
+        }
+    }
+
+    fn enter_probe_rtt(&mut self) {
+        trace!(path = self.path_id, "bbr: probe rtt");
+        self.state = State::ProbeRtt;
+        self.pacing_gain = 1.0;
+        self.cwnd_gain = PROBE_RTT_CWND_GAIN;
+    }
+
+    fn probe_rtt_cwnd(&self) -> u64 {
+        self.bdp_multiple(self.bw, PROBE_RTT_CWND_GAIN)
+            .max(self.minimum_window())
+    }
+
+    fn handle_probe_rtt(&mut self, now: Instant) {
+        // Samples taken at the reduced window say nothing about the bandwidth.
+        self.mark_app_limited();
+        match self.probe_rtt_done_stamp {
+            None if self.bytes_in_flight <= self.probe_rtt_cwnd() => {
+                self.probe_rtt_done_stamp = Some(now + PROBE_RTT_DURATION);
+                self.probe_rtt_round_done = false;
+                self.start_round();
+            }
+            None => {}
+            Some(done) => {
+                if self.round_start {
+                    self.probe_rtt_round_done = true;
+                }
+                if self.probe_rtt_round_done && now > done {
+                    self.probe_rtt_min_stamp = now;
+                    self.restore_cwnd();
+                    self.exit_probe_rtt();
+                }
+            }
+        }
+    }
+
+    fn exit_probe_rtt(&mut self) {
+        self.reset_short_term_model();
+        if self.full_bw_reached {
+            self.start_probe_bw_down();
+            self.start_probe_bw_cruise();
+        } else {
+            self.enter_startup();
+        }
+    }
+
+    fn save_cwnd(&mut self) {
+        self.prior_cwnd = if self.state == State::ProbeRtt && self.prior_cwnd > 0 {
+            self.prior_cwnd.max(self.cwnd)
+        } else {
+            self.cwnd
+        };
+    }
+
+    fn restore_cwnd(&mut self) {
+        self.cwnd = self.cwnd.max(self.prior_cwnd);
+    }
+
+    fn save_undo(&mut self) {
+        self.undo = Some(Undo {
+            cwnd: self.cwnd,
+            inflight_hi: self.inflight_hi,
+            bw_lo: self.bw_lo,
+            inflight_lo: self.inflight_lo,
+        });
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Control parameters.
+    // -----------------------------------------------------------------------------------------
+
+    fn set_pacing_rate(&mut self, gain: f64) {
+        //= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.6.2
+        //# rate = pacing_gain * bw * (100 - BBR.PacingMarginPercent) / 100
+        //# if (BBR.full_bw_reached || rate > BBR.pacing_rate)
+        //#   BBR.pacing_rate = rate
+        let rate = mul_gain(self.bw, gain * (1.0 - PACING_MARGIN));
+        if rate > 0 && (self.full_bw_reached || rate > self.pacing_rate) {
+            self.pacing_rate = rate;
+        }
+    }
+
+    fn max_inflight(&self) -> u64 {
+        let mut inflight = self.bdp_multiple(self.bw, self.cwnd_gain);
+        if self.full_bw_reached {
+            let cap = bytes_in(self.bw, EXTRA_ACKED_MAX);
+            inflight = inflight.saturating_add(self.extra_acked().min(cap));
+        }
+        self.quantization_budget(inflight)
+    }
+
+    fn set_cwnd(&mut self, rs: &RateSample) {
+        let max_inflight = self.max_inflight();
+        if self.full_bw_reached {
+            self.cwnd = self
+                .cwnd
+                .saturating_add(rs.newly_acked)
+                .min(max_inflight);
+        } else if self.cwnd < max_inflight || self.delivered < self.initial_cwnd {
+            self.cwnd = self.cwnd.saturating_add(rs.newly_acked);
+        }
+        self.cwnd = self.cwnd.max(self.minimum_window());
+        self.bound_cwnd();
+    }
+
+    /// ProbeRTT's window and the model's bounds (draft `BBRBoundCwndForProbeRTT` and
+    /// `BBRBoundCwndForModel`).
+    fn bound_cwnd(&mut self) {
+        if self.state == State::ProbeRtt {
+            self.cwnd = self.cwnd.min(self.probe_rtt_cwnd());
+        }
+        let cap = match self.state {
+            State::ProbeBw(Phase::Cruise) | State::ProbeRtt => self.inflight_with_headroom(),
+            State::ProbeBw(_) => self.inflight_hi,
+            _ => u64::MAX,
+        };
+        let cap = cap.min(self.inflight_lo).max(self.minimum_window());
+        self.cwnd = self.cwnd.min(cap).clamp(self.minimum_window(), MAX_WINDOW);
+    }
+}
+
+impl Controller for Bbr {
+    /// Records the delivery state for the packet's send instant.
+    ///
+    /// Pruning: snapshots older than the oldest packet that may still be outstanding are
+    /// dropped. After an ACK of a packet sent at `L` at time `t`, every packet sent before both
+    /// `L` and `t - loss_delay` has been acknowledged or declared lost (RFC 9002 §6.1.2), so
+    /// such snapshots are never looked up again. The pruning happens here, on the next send,
+    /// not at the ACK: the losses that ACK reveals are reported after it and still need their
+    /// packets' snapshots. When nothing else is in flight, the whole ring goes.
+    fn on_sent(&mut self, now: Instant, bytes: u64, bytes_in_flight: u64) {
+        let sent = now;
+        self.clock(now);
+        self.bytes_in_flight = bytes_in_flight;
+        if bytes_in_flight <= bytes {
+            //= https://datatracker.ietf.org/doc/html/draft-cheng-iccrg-delivery-rate-estimation#section-3.2
+            //# If there are no packets in flight yet, then we can start the delivery rate
+            //# interval at the current time
+            self.first_sent_time = sent;
+            self.delivered_time = sent;
+            self.snapshots.clear();
+            if self.app_limited_until != 0 {
+                self.idle_restart = true;
+                self.extra_acked_interval_start = self.now;
+                if matches!(self.state, State::ProbeBw(_)) {
+                    self.set_pacing_rate(1.0);
+                }
+            }
+        }
+        if bytes_in_flight.saturating_add(self.mss) > self.cwnd {
+            self.cwnd_limited_in_round = true;
+        }
+        self.prune();
+        let app_limited = self.app_limited_until != 0;
+        if let Some(back) = self.snapshots.back_mut() {
+            if back.sent == sent {
+                back.tx_in_flight = back.tx_in_flight.max(bytes_in_flight);
+                if back.delivered != self.delivered || back.lost != self.lost {
+                    // An ACK came in between sends at the same instant: move forward.
+                    back.delivered = self.delivered;
+                    back.delivered_time = self.delivered_time;
+                    back.first_sent_time = self.first_sent_time;
+                    back.lost = self.lost;
+                }
+                back.app_limited |= app_limited;
+                return;
+            }
+            if back.sent > sent {
+                // Time went backwards: keep the ring sorted, give this packet no sample.
+                return;
+            }
+        }
+        if self.snapshots.len() >= MAX_SNAPSHOTS {
+            return;
+        }
+        self.snapshots.push_back(Snapshot {
+            sent,
+            delivered: self.delivered,
+            delivered_time: self.delivered_time,
+            first_sent_time: self.first_sent_time,
+            lost: self.lost,
+            tx_in_flight: bytes_in_flight,
+            app_limited,
+        });
+    }
+
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        rtt: &RttEstimator,
+    ) {
+        let now = self.clock(now);
+        self.loss_delay = rtt.loss_delay();
+        //= https://datatracker.ietf.org/doc/html/draft-cheng-iccrg-delivery-rate-estimation#section-3.3
+        //# C.delivered      += P.data_length
+        //# C.delivered_time  = Now()
+        self.delivered = self.delivered.saturating_add(bytes);
+        self.delivered_time = now;
+        if self.app_limited_until != 0 && self.delivered > self.app_limited_until {
+            self.app_limited_until = 0;
+        }
+        self.sample.newly_acked = self.sample.newly_acked.saturating_add(bytes);
+        let elapsed = now.saturating_duration_since(sent);
+        if !elapsed.is_zero() {
+            self.sample.rtt = Some(self.sample.rtt.map_or(elapsed, |r| r.min(elapsed)));
+        }
+        let Some(i) = self.snapshot_index(sent) else {
+            return;
+        };
+        let p = self.snapshots[i];
+        //# if (!rs.prior_delivered || P.delivered > rs.prior_delivered)
+        if self
+            .sample
+            .prior
+            .is_none_or(|prior| p.delivered >= prior.delivered)
+        {
+            self.sample.prior = Some(p);
+            self.sample.app_limited_flag = app_limited;
+            self.sample.send_elapsed = p.sent.saturating_duration_since(p.first_sent_time);
+            self.sample.ack_elapsed = now.saturating_duration_since(p.delivered_time);
+            self.first_sent_time = p.sent;
+        }
+    }
+
+    fn on_end_acks(
+        &mut self,
+        now: Instant,
+        bytes_in_flight: u64,
+        app_limited: bool,
+        largest_acked_sent: Option<Instant>,
+    ) {
+        let now = self.clock(now);
+        self.bytes_in_flight = bytes_in_flight;
+        if let Some(largest) = largest_acked_sent {
+            let horizon = now.checked_sub(self.loss_delay).unwrap_or(largest);
+            let before = largest.min(horizon);
+            self.prune_before = Some(self.prune_before.map_or(before, |b| b.max(before)));
+        }
+        let rs = self.finish_sample();
+        if rs.newly_acked == 0 && rs.prior_delivered.is_none() {
+            return;
+        }
+        if app_limited {
+            self.mark_app_limited();
+        }
+        self.update_on_ack(now, &rs);
+    }
+
+    fn on_congestion_event(
+        &mut self,
+        now: Instant,
+        largest_lost_sent: Instant,
+        lost_bytes: u64,
+        persistent_congestion: bool,
+        rtt: &RttEstimator,
+    ) {
+        let _ = rtt;
+        self.clock(now);
+        self.lost = self.lost.saturating_add(lost_bytes);
+        self.bytes_in_flight = self.bytes_in_flight.saturating_sub(lost_bytes);
+        if lost_bytes > 0 {
+            self.round_signals.lost = self.round_signals.lost.saturating_add(lost_bytes);
+            self.round_signals.loss_events = self.round_signals.loss_events.saturating_add(1);
+        }
+        if persistent_congestion {
+            // The RTO analogue: back to the minimum window, grow again from what is delivered.
+            self.save_undo();
+            self.prior_cwnd = self.cwnd;
+            self.cwnd = self.minimum_window();
+            self.reset_full_bw();
+            self.congestion_events += 1;
+            self.persistent_congestion_events += 1;
+            return;
+        }
+        if lost_bytes == 0 || !self.bw_probe_samples {
+            return;
+        }
+        //= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.5.10.2
+        //# BBRHandleLostPacket(packet):
+        //#   if (!BBR.bw_probe_samples)
+        //#     return /* not a packet sent while probing bandwidth */
+        let Some(i) = self.snapshot_index(largest_lost_sent) else {
+            return;
+        };
+        let p = self.snapshots[i];
+        let lost_since = self.lost.saturating_sub(p.lost);
+        if !self.is_inflight_too_high(lost_since, p.tx_in_flight) {
+            return;
+        }
+        //= https://datatracker.ietf.org/doc/html/draft-ietf-ccwg-bbr#section-5.5.10.2
+        //# BBRInflightHiFromLostPacket(rs, packet):
+        // The inflight at which the loss rate crossed the threshold, assuming the losses came
+        // evenly: the newest lost packet's size is taken as one datagram.
+        let size = self.mss.min(lost_bytes);
+        let inflight_prev = p.tx_in_flight.saturating_sub(size) as f64;
+        let lost_prev = lost_since.saturating_sub(size) as f64;
+        let lost_prefix = (LOSS_THRESHOLD * inflight_prev - lost_prev) / (1.0 - LOSS_THRESHOLD);
+        let inflight = (inflight_prev + lost_prefix.max(0.0)).max(0.0);
+        let inflight = if inflight.is_finite() {
+            (inflight as u64).min(MAX_WINDOW)
+        } else {
+            p.tx_in_flight
+        };
+        self.handle_inflight_too_high(p.app_limited, inflight);
+        self.bound_cwnd();
+    }
+
+    fn on_spurious_congestion_event(&mut self) {
+        let Some(undo) = self.undo.take() else {
+            return;
+        };
+        // Linux's bbr_undo_cwnd: restore, forget the short-term bounds and the plateau count.
+        self.cwnd = self.cwnd.max(undo.cwnd).min(MAX_WINDOW);
+        if undo.inflight_hi > self.inflight_hi {
+            self.inflight_hi = undo.inflight_hi;
+        }
+        let _ = (undo.bw_lo, undo.inflight_lo);
+        self.reset_short_term_model();
+        self.bound_bw_for_model();
+        self.full_bw = 0;
+        self.full_bw_count = 0;
+        self.undone_congestion_events += 1;
+    }
+
+    fn on_ecn_ce(
+        &mut self,
+        now: Instant,
+        largest_acked_sent: Instant,
+        newly_ce: u64,
+        rtt: &RttEstimator,
+    ) {
+        let _ = (largest_acked_sent, rtt);
+        self.clock(now);
+        self.round_signals.ce_packets = self.round_signals.ce_packets.saturating_add(newly_ce);
+    }
+
+    fn on_mtu_update(&mut self, max_datagram_size: u16) {
+        self.mss = u64::from(max_datagram_size).max(1);
+        self.initial_cwnd = self.compute_initial_cwnd();
+        self.cwnd = self.cwnd.clamp(self.minimum_window(), MAX_WINDOW);
+    }
+
+    fn on_rate_estimate(&mut self, now: Instant, bytes_per_second: u64, rtt: &RttEstimator) {
+        let now = self.clock(now);
+        if bytes_per_second == 0 {
+            return;
+        }
+        if self.min_rtt.is_none() {
+            if let Some(min) = rtt.min().filter(|m| !m.is_zero()) {
+                self.min_rtt = Some(min);
+                self.min_rtt_stamp = now;
+                self.probe_rtt_min_delay = Some(min);
+                self.probe_rtt_min_stamp = now;
+            }
+        }
+        self.max_bw_slots[1] = self.max_bw_slots[1].max(bytes_per_second);
+        self.max_bw = self.max_bw_slots[0].max(self.max_bw_slots[1]);
+        self.bound_bw_for_model();
+        if self.state == State::Startup {
+            if self.full_bw < bytes_per_second {
+                self.reset_full_bw();
+                self.full_bw = bytes_per_second;
+            }
+            if self.config.trust_rate_estimate && self.min_rtt.is_some() {
+                self.full_bw_reached = true;
+                self.enter_drain();
+            }
+        }
+        self.set_pacing_rate(self.pacing_gain);
+        // Open the window to the seeded model at once (Startup would otherwise take a few
+        // rounds of doubling to get there).
+        self.cwnd = self.cwnd.max(self.max_inflight()).min(MAX_WINDOW);
+        self.bound_cwnd();
+    }
+
+    fn window(&self) -> u64 {
+        self.cwnd
+    }
+
+    fn pacing_rate(&self, rtt: &RttEstimator) -> Option<u64> {
+        let _ = rtt;
+        Some(self.pacing_rate.max(1))
+    }
+
+    fn initial_window(&self) -> u64 {
+        self.initial_cwnd
+    }
+
+    fn metrics(&self) -> Metrics {
+        let mut m = Metrics::new(self.cwnd);
+        m.pacing_rate = Some(self.pacing_rate.max(1));
+        m.in_slow_start = self.state == State::Startup;
+        m.congestion_events = self.congestion_events;
+        m.persistent_congestion_events = self.persistent_congestion_events;
+        m.undone_congestion_events = self.undone_congestion_events;
+        m
+    }
+
+    fn name(&self) -> &'static str {
+        "bbr"
+    }
+}
+
+/// Configuration and factory of [`Bbr`] controllers.
+///
+/// A connection configuration holds it as an `Arc<dyn ControllerFactory>`, e.g.
+/// `Arc::new(BbrConfig::default())`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BbrConfig {
+    initial_window_packets: u32,
+    trust_rate_estimate: bool,
+}
+
+impl Default for BbrConfig {
+    /// An initial window of 10 datagrams (RFC 9002 §7.2), outside rate estimates as hints.
+    fn default() -> Self {
+        Self {
+            initial_window_packets: 10,
+            trust_rate_estimate: false,
+        }
+    }
+}
+
+impl BbrConfig {
+    /// Initial window in datagrams (default 10); raised to the 4-datagram minimum if smaller.
+    pub fn initial_window_packets(mut self, packets: u32) -> Self {
+        self.initial_window_packets = packets;
+        self
+    }
+
+    /// Whether an outside rate estimate ([`Controller::on_rate_estimate`]) is taken as the
+    /// bottleneck rate, ending Startup at once (default off: it only seeds the model, and
+    /// Startup confirms it). Turn it on where the estimate is authoritative, e.g. an
+    /// explicit-rate router (F12).
+    pub fn trust_rate_estimate(mut self, trusted: bool) -> Self {
+        self.trust_rate_estimate = trusted;
+        self
+    }
+
+    /// Initial window in datagrams.
+    pub fn get_initial_window_packets(&self) -> u32 {
+        self.initial_window_packets
+    }
+
+    /// Whether outside rate estimates end Startup.
+    pub fn get_trust_rate_estimate(&self) -> bool {
+        self.trust_rate_estimate
+    }
+}
+
+impl ControllerFactory for BbrConfig {
+    fn build(&self, now: Instant, info: &PathInfo) -> Box<dyn Controller> {
+        Box::new(Bbr::new(self, now, info))
+    }
+}
+
+/// `x × gain`, saturating, 0 for non-finite or negative results.
+fn mul_gain(x: u64, gain: f64) -> u64 {
+    let v = x as f64 * gain;
+    if v.is_finite() && v > 0.0 {
+        // `as` saturates at u64::MAX.
+        v as u64
+    } else {
+        0
+    }
+}
+
+/// Bytes sent in `d` at `rate` bytes per second.
+fn bytes_in(rate: u64, d: Duration) -> u64 {
+    let b = u128::from(rate) * d.as_nanos() / NANOS_PER_SEC;
+    u64::try_from(b).unwrap_or(u64::MAX)
+}
+
+/// Bytes per second for `bytes` over `d` (huge for a zero interval, never a division by zero).
+fn rate_of(bytes: u64, d: Duration) -> u64 {
+    let nanos = d.as_nanos().max(1);
+    u64::try_from(u128::from(bytes) * NANOS_PER_SEC / nanos).unwrap_or(u64::MAX)
+}
+
+/// `a / b`, 0 when `b` is 0.
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// CE-marked packets over delivered packets (delivered bytes / datagram size).
+fn ce_fraction(ce_packets: u64, delivered_bytes: u64, mss: u64) -> f64 {
+    if ce_packets == 0 {
+        return 0.0;
+    }
+    let delivered_packets = delivered_bytes.div_ceil(mss.max(1));
+    ratio(ce_packets, delivered_packets.max(1))
+}
