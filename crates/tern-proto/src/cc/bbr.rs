@@ -104,7 +104,7 @@ use std::time::{Duration, Instant};
 
 use tracing::trace;
 
-use super::classic::MAX_WINDOW;
+use super::classic::{MAX_WINDOW, MIN_STANDING_QUEUE, STANDING_QUEUE_DIVISOR};
 use super::{Controller, ControllerFactory, Metrics, PathInfo};
 use crate::recovery::rtt::RttEstimator;
 
@@ -282,6 +282,8 @@ struct RoundSignals {
     lost: u64,
     loss_events: u32,
     ce_packets: u64,
+    /// Lowest RTT sample of the round.
+    min_rtt: Option<Duration>,
 }
 
 /// What a reduction changed, restored if its loss turns out spurious.
@@ -473,7 +475,8 @@ impl Bbr {
             cwnd_limited_in_round: false,
             cwnd_limited: false,
             // Any non-zero seed; the path id keeps the paths of one connection apart.
-            rng: 0x9e37_79b9_7f4a_7c15 ^ u64::from(info.path_id).wrapping_mul(0xff51_afd7_ed55_8ccd),
+            rng: 0x9e37_79b9_7f4a_7c15
+                ^ u64::from(info.path_id).wrapping_mul(0xff51_afd7_ed55_8ccd),
             undo: None,
             congestion_events: 0,
             persistent_congestion_events: 0,
@@ -543,7 +546,9 @@ impl Bbr {
 
     /// Minimum window in bytes (4 datagrams).
     pub fn minimum_window(&self) -> u64 {
-        MIN_PIPE_CWND_PACKETS.saturating_mul(self.mss).min(MAX_WINDOW)
+        MIN_PIPE_CWND_PACKETS
+            .saturating_mul(self.mss)
+            .min(MAX_WINDOW)
     }
 
     fn compute_initial_cwnd(&self) -> u64 {
@@ -562,7 +567,10 @@ impl Bbr {
 
     /// A pseudo-random number (xorshift64*), stirred with the time of the call.
     fn random(&mut self) -> u64 {
-        let stir = self.now.saturating_duration_since(self.created).subsec_nanos();
+        let stir = self
+            .now
+            .saturating_duration_since(self.created)
+            .subsec_nanos();
         let mut x = self.rng ^ u64::from(stir).wrapping_mul(0x2545_f491_4f6c_dd1d);
         if x == 0 {
             x = 0x9e37_79b9_7f4a_7c15;
@@ -646,10 +654,7 @@ impl Bbr {
 
     /// Marks the connection app-limited until what is in flight now is delivered.
     fn mark_app_limited(&mut self) {
-        self.app_limited_until = self
-            .delivered
-            .saturating_add(self.bytes_in_flight)
-            .max(1);
+        self.app_limited_until = self.delivered.saturating_add(self.bytes_in_flight).max(1);
     }
 
     // -----------------------------------------------------------------------------------------
@@ -657,9 +662,7 @@ impl Bbr {
     // -----------------------------------------------------------------------------------------
 
     fn snapshot_index(&self, sent: Instant) -> Option<usize> {
-        self.snapshots
-            .binary_search_by(|s| s.sent.cmp(&sent))
-            .ok()
+        self.snapshots.binary_search_by(|s| s.sent.cmp(&sent)).ok()
     }
 
     fn prune(&mut self) {
@@ -794,7 +797,22 @@ impl Bbr {
         self.inflight_latest = 0;
     }
 
+    /// Whether even the lowest RTT of a round stayed a standing-queue delay above `min_rtt`
+    /// (the threshold of [`Classic`](super::Classic)'s random-loss tolerance: an eighth of the
+    /// minimum RTT, at least 2 ms).
+    fn queue_was_standing(&self, round_min_rtt: Option<Duration>) -> bool {
+        let (Some(round), Some(min)) = (round_min_rtt, self.min_rtt) else {
+            return true;
+        };
+        let threshold = (min / STANDING_QUEUE_DIVISOR).max(MIN_STANDING_QUEUE);
+        round >= min.saturating_add(threshold)
+    }
+
     fn update_congestion_signals(&mut self, rs: &RateSample) {
+        if let Some(rtt) = rs.rtt {
+            let m = &mut self.round_signals.min_rtt;
+            *m = Some(m.map_or(rtt, |m| m.min(rtt)));
+        }
         self.update_max_bw(rs);
         if !self.loss_round_start {
             return;
@@ -803,8 +821,13 @@ impl Bbr {
         let signals = self.round_signals;
         let delivered = self.delivered.saturating_sub(self.loss_round_base);
         let ecn_too_high = ce_fraction(signals.ce_packets, delivered, self.mss) > ECN_THRESHOLD;
-        self.congestion_in_round = signals.lost > 0 || ecn_too_high;
         let loss_rate = ratio(signals.lost, delivered.saturating_add(signals.lost));
+        self.congestion_in_round = if self.config.short_term_loss_threshold {
+            let queue = self.queue_was_standing(signals.min_rtt);
+            loss_rate > LOSS_THRESHOLD || ecn_too_high || (signals.lost > 0 && queue)
+        } else {
+            signals.lost > 0 || ecn_too_high
+        };
         if self.state == State::Startup && !self.full_bw_reached {
             self.check_startup_high_loss(signals, loss_rate, ecn_too_high);
         }
@@ -819,8 +842,7 @@ impl Bbr {
 
     /// Draft `BBRCheckStartupHighLoss`: a lossy round ends Startup (and a CE-heavy one).
     fn check_startup_high_loss(&mut self, signals: RoundSignals, loss_rate: f64, ecn: bool) {
-        let lossy =
-            signals.loss_events >= STARTUP_FULL_LOSS_COUNT && loss_rate > LOSS_THRESHOLD;
+        let lossy = signals.loss_events >= STARTUP_FULL_LOSS_COUNT && loss_rate > LOSS_THRESHOLD;
         if !lossy && !ecn {
             return;
         }
@@ -855,9 +877,7 @@ impl Bbr {
             self.inflight_lo = self.cwnd;
         }
         self.bw_lo = self.bw_latest.max(mul_gain(self.bw_lo, BETA));
-        self.inflight_lo = self
-            .inflight_latest
-            .max(mul_gain(self.inflight_lo, BETA));
+        self.inflight_lo = self.inflight_latest.max(mul_gain(self.inflight_lo, BETA));
         self.congestion_events += 1;
     }
 
@@ -1014,7 +1034,9 @@ impl Bbr {
         self.bw_probe_up_rounds = (self.bw_probe_up_rounds + 1).min(30);
         let cwnd_packets = (self.cwnd / self.mss).max(1);
         // Bytes acknowledged per datagram of growth.
-        self.probe_up_cnt = (cwnd_packets / growth_packets).max(1).saturating_mul(self.mss);
+        self.probe_up_cnt = (cwnd_packets / growth_packets)
+            .max(1)
+            .saturating_mul(self.mss);
     }
 
     /// Draft `BBRProbeInflightHiUpward`.
@@ -1113,8 +1135,7 @@ impl Bbr {
     }
 
     fn check_time_to_probe_bw(&mut self) -> bool {
-        if self.has_elapsed_in_phase(self.bw_probe_wait) || self.is_reno_coexistence_probe_time()
-        {
+        if self.has_elapsed_in_phase(self.bw_probe_wait) || self.is_reno_coexistence_probe_time() {
             self.start_probe_bw_refill();
             return true;
         }
@@ -1296,7 +1317,7 @@ impl Bbr {
 
     fn max_inflight(&self) -> u64 {
         let mut inflight = self.bdp_multiple(self.bw, self.cwnd_gain);
-        if self.full_bw_reached {
+        if self.full_bw_reached && self.config.ack_aggregation {
             let cap = bytes_in(self.bw, EXTRA_ACKED_MAX);
             inflight = inflight.saturating_add(self.extra_acked().min(cap));
         }
@@ -1306,10 +1327,7 @@ impl Bbr {
     fn set_cwnd(&mut self, rs: &RateSample) {
         let max_inflight = self.max_inflight();
         if self.full_bw_reached {
-            self.cwnd = self
-                .cwnd
-                .saturating_add(rs.newly_acked)
-                .min(max_inflight);
+            self.cwnd = self.cwnd.saturating_add(rs.newly_acked).min(max_inflight);
         } else if self.cwnd < max_inflight || self.delivered < self.initial_cwnd {
             self.cwnd = self.cwnd.saturating_add(rs.newly_acked);
         }
@@ -1626,6 +1644,8 @@ impl Controller for Bbr {
 pub struct BbrConfig {
     initial_window_packets: u32,
     trust_rate_estimate: bool,
+    ack_aggregation: bool,
+    short_term_loss_threshold: bool,
 }
 
 impl Default for BbrConfig {
@@ -1634,6 +1654,8 @@ impl Default for BbrConfig {
         Self {
             initial_window_packets: 10,
             trust_rate_estimate: false,
+            ack_aggregation: false,
+            short_term_loss_threshold: true,
         }
     }
 }
@@ -1652,6 +1674,32 @@ impl BbrConfig {
     pub fn trust_rate_estimate(mut self, trusted: bool) -> Self {
         self.trust_rate_estimate = trusted;
         self
+    }
+
+    /// Whether the window gets the ACK-aggregation allowance `extra_acked` (draft §5.5.9;
+    /// default off, see "Simplifications" in the module documentation). Turn it on for links
+    /// that deliver ACKs in bursts (Wi-Fi, DOCSIS) if a flow there is window-limited.
+    pub fn ack_aggregation(mut self, enabled: bool) -> Self {
+        self.ack_aggregation = enabled;
+        self
+    }
+
+    /// Whether the ACK-aggregation allowance is on.
+    pub fn get_ack_aggregation(&self) -> bool {
+        self.ack_aggregation
+    }
+
+    /// Whether the short-term bounds (`bw_lo`, `inflight_lo`) react only to rounds whose loss
+    /// rate exceeds [`LOSS_THRESHOLD`] (default on, a tern choice for lossy radio links), or,
+    /// as Linux BBRv3, to any round with a loss (off).
+    pub fn short_term_loss_threshold(mut self, enabled: bool) -> Self {
+        self.short_term_loss_threshold = enabled;
+        self
+    }
+
+    /// Whether the short-term bounds ignore rounds with a loss rate below the threshold.
+    pub fn get_short_term_loss_threshold(&self) -> bool {
+        self.short_term_loss_threshold
     }
 
     /// Initial window in datagrams.
