@@ -35,7 +35,8 @@
 //!   and then faster (1, 2, 4, … datagrams per round) during UP.
 //! - **`bw_lo` / `inflight_lo`** (short-term bounds): in every round with loss outside a
 //!   bandwidth probe they are cut to `max(latest, β × bound)` and reset when the next probe
-//!   starts (REFILL), so that BBR backs off when a competing flow arrives.
+//!   starts (REFILL), so that BBR backs off when a competing flow arrives (tern narrows which
+//!   rounds count, see below).
 //!
 //! # What this implementation does
 //!
@@ -75,6 +76,17 @@
 //!
 //! # Simplifications, and why
 //!
+//! - **The short-term bounds ignore random loss** (a tern choice, in the spirit of
+//!   [`Classic`](super::Classic)'s random-loss tolerance; [`BbrConfig::short_term_loss_threshold`]
+//!   `(false)` restores Linux's rule). Linux v3 cuts `bw_lo`/`inflight_lo` after *any* round
+//!   with a loss outside a probe; at 1 % random loss nearly every round has one, and the
+//!   bounds ratchet the rate down until the next probe resets them. Here a round counts only if
+//!   its loss rate exceeds 2 % ([`LOSS_THRESHOLD`]), or its CE fraction exceeds 50 %, or it
+//!   lost something while even its lowest RTT sample stood a queue above `min_rtt` (an eighth
+//!   of `min_rtt`, at least 2 ms: the evidence that the loss is overflow, as when a competing
+//!   flow arrives). On the 50 Mbit/s, 40 ms, 1 % random-loss link of `cc_bbr.rs` this lifts
+//!   utilisation from 71–78 % to 84–92 % (seeds 1–3) and leaves two-flow sharing unchanged.
+//!   `inflight_hi` keeps v3's per-packet rule (lost > 2 % of what was in flight).
 //! - **No packet conservation in loss recovery.** BBR in TCP holds the window at the data in
 //!   flight for the first round of fast recovery. tern's controllers are not told when a
 //!   recovery episode starts or ends, and the loss bounds above already react within a round.
@@ -83,8 +95,16 @@
 //!   the times the controller is called at: controllers must not draw random numbers
 //!   themselves (module contract), this keeps runs deterministic for a given input, and two
 //!   flows on one bottleneck still drift apart because their ACK timings differ.
-//! - **ACK aggregation** (`extra_acked`) is estimated as in the draft, but (as in Linux) only
-//!   added to the window once Startup is over, and capped at 100 ms of sending.
+//! - **ACK aggregation** (`extra_acked`, draft §5.5.9) is estimated as in the draft but, by
+//!   default, not added to the window ([`BbrConfig::ack_aggregation`] turns it on; then, as in
+//!   Linux, only after Startup and capped at 100 ms of sending). tern's receivers acknowledge
+//!   every second datagram or so and the pacer sends in small bursts, so there is little
+//!   aggregation to cover, and the window keeps a floor of three send quanta anyway. Behind a
+//!   shared FIFO bottleneck, though, the estimator reads the interleaving of another flow's
+//!   packets as aggregation, and the larger flow gets the larger allowance: in
+//!   `tern-sim/tests/cc_bbr.rs` (two flows, the second starting 2 s later) Jain's index over
+//!   the 20 s measured was 0.80 with the allowance and 0.94 without it, and 0.98 against 0.999
+//!   for flows started together. Utilisation of one flow was the same (96.5 %).
 //! - **Send quantum / offload budget** follow Linux's rule (1 ms of sending, 2–64 kB), used only
 //!   as a floor of the window: the connection's [`Pacer`](super::Pacer) decides bursts.
 //! - **Idle restart**: after an idle period, ProbeBW paces at 1.0 × bw until the next ACK, and
