@@ -31,10 +31,10 @@ fn bbr(c: &mut EndpointConfig) {
     c.connection.congestion = Arc::new(BbrConfig::default());
 }
 
-/// Returns the utilisation after the first second of a 10 MB transfer.
-fn run(seed: u64, loss: f64) -> f64 {
+/// Returns the utilisation after the first second of a transfer of `size` bytes.
+fn run(seed: u64, loss: f64, size: u64) -> f64 {
     let seed = tern_sim::seed_from_env(seed);
-    let mut t = Transfer::new(seed, link(loss), vec![SIZE]);
+    let mut t = Transfer::new(seed, link(loss), vec![size]);
     // ACKs travel on a clean reverse path; the loss under test is on the data path.
     t.downlink = link(0.0);
     t.configure = bbr;
@@ -46,14 +46,15 @@ fn run(seed: u64, loss: f64) -> f64 {
         .expect("transfer completes");
     let server = &sim.server().app;
     assert_eq!(server.corrupt, None);
-    assert_eq!(server.total(), SIZE);
+    assert_eq!(server.total(), size);
     let end = server.timeline.last().expect("data arrived").0;
     let from = start + Duration::from_secs(1);
     let goodput = goodput_between(&server.timeline, from, end);
     let conn = sim.client().endpoint.connection(ConnectionHandle(0));
     eprintln!(
-        "BBR seed {seed} loss {loss}: goodput after 1 s {:.1} Mbit/s ({:.1} %), completed in \
+        "BBR seed {seed} loss {loss}, {} MB: goodput after 1 s {:.1} Mbit/s ({:.1} %), completed in \
          {took:?}; {:?}",
+        size / 1_000_000,
         goodput / 1e6,
         100.0 * goodput / RATE as f64,
         conn.map(|c| c.stats()),
@@ -63,20 +64,33 @@ fn run(seed: u64, loss: f64) -> f64 {
 
 #[test]
 fn bbr_fills_a_clean_link() {
-    let u = run(1, 0.0);
+    let u = run(1, 0.0, SIZE);
+    assert!(u >= 0.90, "BBR reached {:.1} % of the link", 100.0 * u);
+}
+
+/// Long enough (about 10 s) for ProbeBW cycles and a ProbeRTT.
+#[test]
+fn bbr_keeps_a_clean_link_full_in_steady_state() {
+    let u = run(1, 0.0, 6 * SIZE);
     assert!(u >= 0.90, "BBR reached {:.1} % of the link", 100.0 * u);
 }
 
 #[test]
 fn bbr_keeps_most_of_the_link_at_one_percent_loss() {
     for seed in 1..=3 {
-        let u = run(seed, 0.01);
+        let u = run(seed, 0.01, SIZE);
         assert!(
             u >= 0.70,
             "BBR at 1 % loss reached {:.1} % (seed {seed})",
             100.0 * u
         );
     }
+}
+
+#[test]
+fn bbr_keeps_most_of_the_link_at_one_percent_loss_in_steady_state() {
+    let u = run(1, 0.01, 6 * SIZE);
+    assert!(u >= 0.70, "BBR at 1 % loss reached {:.1} %", 100.0 * u);
 }
 
 // ---------------------------------------------------------------------------------------------
