@@ -1271,7 +1271,8 @@ impl Bbr {
         self.mark_app_limited();
         match self.probe_rtt_done_stamp {
             None if self.bytes_in_flight <= self.probe_rtt_cwnd() => {
-                self.probe_rtt_done_stamp = Some(now + PROBE_RTT_DURATION);
+                self.probe_rtt_done_stamp =
+                    Some(now.checked_add(PROBE_RTT_DURATION).unwrap_or(now));
                 self.probe_rtt_round_done = false;
                 self.start_round();
             }
