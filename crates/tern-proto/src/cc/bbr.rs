@@ -63,11 +63,13 @@
 //! - **Persistent congestion** (the RTO analogue): the window collapses to the minimum (4
 //!   datagrams), the plateau detector is reset, and the window then grows back by the bytes
 //!   acknowledged, as BBR does after an RTO.
-//! - **Spurious losses**: the state before the most recent loss-driven reduction (window,
-//!   `inflight_hi`, short-term bounds) is restored, as Linux BBR's `undo_cwnd` does.
+//! - **Spurious losses**: the window and `inflight_hi` from before the most recent loss-driven
+//!   reduction come back, and the short-term bounds and the plateau count are cleared, as Linux
+//!   BBR's `bbr_undo_cwnd` does.
 //! - **Outside rate estimates** ([`Controller::on_rate_estimate`], packet-pair fast start or an
 //!   explicit-rate router): the estimate seeds the max-bandwidth filter and the Startup plateau
-//!   detector, the window opens to `cwnd_gain × estimate × RTT` and the pacing rate to the
+//!   detector, the window opens to `cwnd_gain × estimate × min RTT` (once there is an RTT
+//!   sample: the estimator's minimum is taken) and the pacing rate to the
 //!   Startup rate at that bandwidth. Startup itself continues by default: if the estimate was
 //!   right, the plateau test ends Startup three rounds later; if it was low (a probe train
 //!   squeezed by cross traffic), Startup still finds the real rate. With
@@ -311,8 +313,6 @@ struct RoundSignals {
 struct Undo {
     cwnd: u64,
     inflight_hi: u64,
-    bw_lo: u64,
-    inflight_lo: u64,
 }
 
 /// A BBRv3 controller for one path. Usually built by [`BbrConfig`]; see the
@@ -1316,8 +1316,6 @@ impl Bbr {
         self.undo = Some(Undo {
             cwnd: self.cwnd,
             inflight_hi: self.inflight_hi,
-            bw_lo: self.bw_lo,
-            inflight_lo: self.inflight_lo,
         });
     }
 
@@ -1570,7 +1568,6 @@ impl Controller for Bbr {
         if undo.inflight_hi > self.inflight_hi {
             self.inflight_hi = undo.inflight_hi;
         }
-        let _ = (undo.bw_lo, undo.inflight_lo);
         self.reset_short_term_model();
         self.bound_bw_for_model();
         self.full_bw = 0;
@@ -1817,6 +1814,8 @@ mod tests {
         drop_every: u64,
         sent: u64,
         ce_every: u64,
+        /// The application sends at most one datagram per this interval (and says so).
+        app_interval: Option<Duration>,
     }
 
     impl Path {
@@ -1835,6 +1834,7 @@ mod tests {
                 drop_every: 0,
                 sent: 0,
                 ce_every: 0,
+                app_interval: None,
             }
         }
 
@@ -1866,17 +1866,18 @@ mod tests {
                 let mut lost = 0;
                 let mut newest_lost = None;
                 let mut acked = 0u64;
+                let app_limited = self.app_interval.is_some();
                 for &(sent, size, ack) in &batch {
                     self.in_flight -= size;
                     if ack.is_some() {
-                        cc.on_ack(now, sent, size, false, &self.rtt);
+                        cc.on_ack(now, sent, size, app_limited, &self.rtt);
                         acked += 1;
                     } else {
                         lost += size;
                         newest_lost = Some(sent);
                     }
                 }
-                cc.on_end_acks(now, self.in_flight, false, Some(newest));
+                cc.on_end_acks(now, self.in_flight, app_limited, Some(newest));
                 if self.ce_every > 0 {
                     let ce = acked / self.ce_every.max(1) + u64::from(acked > 0);
                     cc.on_ecn_ce(now, newest, ce, &self.rtt);
@@ -1907,6 +1908,9 @@ mod tests {
             cc.on_sent(now, MSS, self.in_flight);
             let rate = cc.pacing_rate(&self.rtt).expect("BBR paces");
             self.next_send = self.next_send.max(now - MS) + serialization(MSS, rate);
+            if let Some(interval) = self.app_interval {
+                self.next_send = self.next_send.max(now + interval);
+            }
         }
 
         /// Runs for `d`, calling `watch` after every step.
@@ -2045,6 +2049,21 @@ mod tests {
             cc.max_bandwidth()
         );
         assert!(within(cc.bandwidth(), RATE / 2, 0.15));
+    }
+
+    #[test]
+    fn app_limited_sending_keeps_the_bandwidth_estimate() {
+        let mut path = Path::new(RATE, 40 * MS, 4 * BDP);
+        let mut cc = path.bbr();
+        path.run(&mut cc, Duration::from_secs(3), |_, _| {});
+        let before = cc.max_bandwidth();
+        assert!(within(before, RATE, 0.1));
+        // A tenth of the link for 10 s: every sample is app-limited and lower, so the
+        // estimate (and with it the rate the sender may resume at) stays.
+        path.app_interval = Some(serialization(MSS, RATE / 10));
+        path.run(&mut cc, Duration::from_secs(10), |_, _| {});
+        assert_eq!(cc.max_bandwidth(), before);
+        assert!(within(cc.bandwidth(), RATE, 0.1));
     }
 
     #[test]
