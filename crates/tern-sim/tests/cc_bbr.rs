@@ -310,13 +310,17 @@ fn share(seed: u64, stagger: Duration, measure_from: Duration, until: Duration) 
 
 #[test]
 fn two_bbr_flows_share_a_bottleneck() {
-    // Started together, the flows must share within Jain's 0.95. Started 2 s apart, the late
-    // flow catches up only gradually (BBR has no window-halving to hand the newcomer its share;
-    // it relies on the loss bounds and on ProbeRTT), so the bar is lower there: 0.90 over the
-    // 20 s measured, with the first 10 s after its start left out.
-    for (seed, stagger, bar) in [(1, Duration::ZERO, 0.95), (2, Duration::from_secs(2), 0.90)] {
+    // Started together, the flows share within Jain's 0.95 from the start. Started 2 s apart,
+    // the late flow catches up only gradually: BBR has no window halving to hand a newcomer its
+    // share; the loss bounds, the bandwidth probes and the synchronised ProbeRTTs get there
+    // in about 50 s here (Jain's index 0.944 over 12–32 s, 0.97 over 12–72 s), so that case is
+    // measured once it has converged, over 60–80 s.
+    let cases = [
+        (1, Duration::ZERO, Duration::from_secs(10)),
+        (2, Duration::from_secs(2), Duration::from_secs(60)),
+    ];
+    for (seed, stagger, measure_from) in cases {
         let seed = tern_sim::seed_from_env(seed);
-        let measure_from = stagger + Duration::from_secs(10);
         let until = measure_from + Duration::from_secs(20);
         let g = share(seed, stagger, measure_from, until);
         let index = jain(&g);
@@ -330,6 +334,6 @@ fn two_bbr_flows_share_a_bottleneck() {
             g[1] / 1e6,
             100.0 * total / RATE as f64,
         );
-        assert!(index >= bar, "Jain's index {index:.3} (seed {seed})");
+        assert!(index >= 0.95, "Jain's index {index:.3} (seed {seed})");
     }
 }
