@@ -311,10 +311,10 @@ fn share(seed: u64, stagger: Duration, measure_from: Duration, until: Duration) 
 #[test]
 fn two_bbr_flows_share_a_bottleneck() {
     // Started together, the flows share within Jain's 0.95 from the start. Started 2 s apart,
-    // the late flow catches up only gradually: BBR has no window halving to hand a newcomer its
-    // share; the loss bounds, the bandwidth probes and the synchronised ProbeRTTs get there
-    // in about 50 s here (Jain's index 0.944 over 12–32 s, 0.97 over 12–72 s), so that case is
-    // measured once it has converged, over 60–80 s.
+    // the late flow catches up only gradually (BBR has no window halving to hand a newcomer its
+    // share; its probing shifts the shares a little per cycle): about 50 s here (Jain's index
+    // 0.944 over 12–32 s, 0.97 over 12–72 s), so that case is measured once it has converged,
+    // over 60–80 s.
     let cases = [
         (1, Duration::ZERO, Duration::from_secs(10)),
         (2, Duration::from_secs(2), Duration::from_secs(60)),
