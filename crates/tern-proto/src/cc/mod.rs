@@ -50,6 +50,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod bbr;
 pub mod classic;
 pub mod copa;
 pub mod cubic;
@@ -64,6 +65,7 @@ pub mod udt;
 /// The RTT estimate a controller is handed on every ACK (re-exported so that a controller can
 /// be written against this module alone).
 pub use crate::recovery::rtt::RttEstimator;
+pub use bbr::{Bbr, BbrConfig};
 pub use classic::{Classic, ClassicConfig, WindowAdjustment};
 pub use copa::{Copa, CopaConfig};
 pub use cubic::{Cubic, CubicConfig};
