@@ -28,8 +28,8 @@ struct Cli {
     /// Log level for diagnostics on stderr (error, warn, info, debug, trace).
     #[arg(long, global = true, default_value = "warn")]
     log: String,
-    /// Congestion controller of every connection this command makes or accepts: newreno or
-    /// cubic (the default).
+    /// Congestion controller of every connection this command makes or accepts: newreno,
+    /// cubic (the default), udt, copa or bbr.
     #[arg(long, global = true, default_value_t = tern::cc::Algorithm::default())]
     cc: tern::cc::Algorithm,
     /// Write a qlog file (JSON-SEQ, readable in qvis) per connection into this directory:

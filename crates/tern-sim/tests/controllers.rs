@@ -38,7 +38,7 @@ fn configure(a: Algorithm) -> fn(&mut EndpointConfig) {
             }
         };
     }
-    with!(NewReno, Cubic, Udt, Copa)
+    with!(NewReno, Cubic, Udt, Copa, Bbr)
 }
 
 /// Runs `flows` through one bottleneck; returns each flow's goodput (bit/s) from `from`

@@ -35,13 +35,14 @@
 //!   by a [`WindowAdjustment`] (the shape of neqo's `ClassicCongestionControl`).
 //! - [`NewReno`] (RFC 9002 §7.3) and [`Cubic`] (RFC 9438) window adjustments, with their
 //!   factories [`NewRenoConfig`] and [`CubicConfig`], and [`Algorithm`] to pick one by name.
-//! - [`Udt`] (UDT's DAIMD rate control, [`UdtConfig`]) and [`Copa`] (delay-based, for
-//!   cellular links, [`CopaConfig`]); not yet in [`Algorithm`].
+//! - [`Bbr`] (BBR with v3 semantics, [`BbrConfig`]), [`Udt`] (UDT's DAIMD rate control,
+//!   [`UdtConfig`]) and [`Copa`] (delay-based, for cellular links, [`CopaConfig`]).
+//! - [`Algorithm`]: every built-in controller by name (`tern --cc NAME`, tern-bench
+//!   `--tern-cc`), for sweeps ([`Algorithm::ALL`]).
 //! - [`Pacer`]: a token bucket that spreads a window's worth of packets over a round trip.
 //! - `testing` (with `cfg(test)` or the `testing` feature): `Unlimited` and `Mock` controllers.
 //!
-//! Not here yet: BBR, other delay-gradient and explicit-rate controllers, HyStart++ and
-//! packet-pair fast start (F11).
+//! Not here yet: the explicit-rate controller (F12, with the router) and HyStart++.
 //!
 //! [`RttEstimator`]: crate::recovery::rtt::RttEstimator
 
@@ -294,6 +295,8 @@ pub enum Algorithm {
     /// Copa (NSDI 2018), delay-based, for cellular links; with δ = [`copa::TERN_DELTA`] (the
     /// paper's 0.5 keeps tern's ACK bursts from filling the link: see [`copa`]).
     Copa,
+    /// BBR with v3 semantics (draft-ietf-ccwg-bbr), model-based.
+    Bbr,
 }
 
 impl Algorithm {
@@ -303,6 +306,7 @@ impl Algorithm {
         Algorithm::Cubic,
         Algorithm::Udt,
         Algorithm::Copa,
+        Algorithm::Bbr,
     ];
 
     /// The name used by [`FromStr`] and [`Controller::name`].
@@ -312,6 +316,7 @@ impl Algorithm {
             Algorithm::Cubic => "cubic",
             Algorithm::Udt => "udt",
             Algorithm::Copa => "copa",
+            Algorithm::Bbr => "bbr",
         }
     }
 
@@ -322,6 +327,7 @@ impl Algorithm {
             Algorithm::Cubic => Arc::new(CubicConfig::default()),
             Algorithm::Udt => Arc::new(UdtConfig::default()),
             Algorithm::Copa => Arc::new(CopaConfig::default().delta(copa::TERN_DELTA)),
+            Algorithm::Bbr => Arc::new(BbrConfig::default()),
         }
     }
 }
@@ -342,13 +348,14 @@ impl FromStr for Algorithm {
     type Err = UnknownAlgorithm;
 
     /// Case-insensitive; accepts `newreno` (or `new_reno`, `new-reno`, `reno`), `cubic`,
-    /// `udt` (or `daimd`) and `copa`.
+    /// `udt` (or `daimd`), `copa` and `bbr` (or `bbr3`, `bbrv3`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "newreno" | "new_reno" | "new-reno" | "reno" => Ok(Algorithm::NewReno),
             "cubic" => Ok(Algorithm::Cubic),
             "udt" | "daimd" => Ok(Algorithm::Udt),
             "copa" => Ok(Algorithm::Copa),
+            "bbr" | "bbr3" | "bbrv3" => Ok(Algorithm::Bbr),
             _ => Err(UnknownAlgorithm(s.to_owned())),
         }
     }
