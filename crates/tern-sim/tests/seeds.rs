@@ -1,6 +1,6 @@
 //! The property test of issue 2: random links (0–30 % loss, reordering, duplication,
 //! corruption, ECN marking, bleaching and rewriting, 1–100 Mbit/s, 1–300 ms) and several
-//! concurrent flows of random sizes; every
+//! concurrent flows of random sizes, with a controller drawn from `cc::Algorithm::ALL`; every
 //! byte is delivered exactly and in order per flow, nothing panics, and receive memory stays
 //! within the configured windows.
 //!
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use tern_proto::cc::Algorithm;
 use tern_proto::EndpointConfig;
 use tern_sim::tern::{PairAccess, Transfer};
 use tern_sim::{LinkConfig, LossModel};
@@ -19,7 +20,14 @@ use tern_sim::{LinkConfig, LossModel};
 const FLOW_WINDOW: u64 = 256 * 1024;
 const CONN_WINDOW: u64 = 1024 * 1024;
 
+thread_local! {
+    /// The congestion controller this thread's current run drew (`configure` is a plain
+    /// `fn`, so the draw reaches it here).
+    static CONTROLLER: std::cell::Cell<Algorithm> = const { std::cell::Cell::new(Algorithm::Cubic) };
+}
+
 fn configure(c: &mut EndpointConfig) {
+    c.connection.congestion = CONTROLLER.with(|cc| cc.get()).factory();
     c.connection.flows.flow_window = FLOW_WINDOW;
     c.connection.flows.connection_window = CONN_WINDOW;
     // At 30 % loss each way a round trip succeeds half the time, and the simulator's
@@ -118,6 +126,9 @@ fn run_seed(seed: u64) {
     t.close = rng.random_bool(0.5);
     t.configure =
         [configure, configure_acks_every_two, configure_acks_up_to_64][rng.random_range(0..3)];
+    // Every built-in controller meets the same hostile links.
+    let controller = Algorithm::ALL[rng.random_range(0..Algorithm::ALL.len())];
+    CONTROLLER.with(|cc| cc.set(controller));
     t.messages = messages.clone();
     let mut sim = t.build();
     let start = sim.now();
@@ -154,7 +165,7 @@ fn run_seed(seed: u64) {
         None => "gone".to_string(),
     };
     let context = format!(
-        "seed {seed}: rate {rate} one-way {one_way:?} sizes {sizes:?} ik {}\n{}\nclient: {}\nserver: {}",
+        "seed {seed}: controller {controller} rate {rate} one-way {one_way:?} sizes {sizes:?} ik {}\n{}\nclient: {}\nserver: {}",
         t.ik,
         sim.summary(),
         detail(sim.client().endpoint.connection(tern_proto::ConnectionHandle(0))),
