@@ -607,6 +607,91 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                 bar_chart(p, &t, "p99 RTT (ms)", &cats, &p99)
             });
         }
+        "initwin" => {
+            // PaUDT's curve: completion time against tern's initial window, per flow size,
+            // with the other protocols (their own initial windows) as flat references.
+            for (g, rs) in groups(rows, &["size"]) {
+                let mean = |p: &str| {
+                    let v: Vec<f64> = rs
+                        .iter()
+                        .filter(|r| r.protocol == p)
+                        .filter_map(|r| r.metric("fct_mean_ms"))
+                        .collect();
+                    stats::mean(&v)
+                };
+                let mut tern = Series {
+                    name: "tern".into(),
+                    points: vec![],
+                    reference: false,
+                };
+                let mut others = Vec::new();
+                for p in run.protocols() {
+                    match p
+                        .strip_prefix("tern-iw")
+                        .and_then(|n| n.parse::<f64>().ok())
+                    {
+                        Some(iw) => tern.points.push((iw, mean(&p))),
+                        None => others.push(Series {
+                            points: vec![(8.0, mean(&p)), (64.0, mean(&p))],
+                            name: p,
+                            reference: false,
+                        }),
+                    }
+                }
+                tern.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let mut series = vec![tern];
+                series.extend(others);
+                let size = &g[0];
+                let caption = format!(
+                    "Initial window, {prof}: {size}-byte flow completion vs tern's initial window"
+                );
+                let t = caption.clone();
+                draw(format!("fct-size{}", tag(&g)), caption, &move |p| {
+                    line_chart(
+                        p,
+                        &t,
+                        ("initial window (packets, log)", "mean completion (ms)"),
+                        &series,
+                        (true, false),
+                    )
+                });
+            }
+        }
+        "mss" => {
+            let protos = run.protocols();
+            let bulk: Vec<&Row> = rows.iter().filter(|r| pval(r, "load") == "bulk").collect();
+            let goodput: Vec<(String, Vec<f64>)> = vec![(
+                "goodput".into(),
+                protos
+                    .iter()
+                    .map(|p| {
+                        bulk.iter()
+                            .find(|r| &r.protocol == p)
+                            .and_then(|r| r.metric("goodput_mbps"))
+                            .unwrap_or(f64::NAN)
+                    })
+                    .collect(),
+            )];
+            let caption = format!("Packet size, {prof}: bulk goodput per MSS");
+            let t = caption.clone();
+            let cats = protos.clone();
+            draw("goodput".into(), caption, &move |p| {
+                bar_chart(p, &t, "goodput (Mbit/s)", &cats, &goodput)
+            });
+            let echo: Vec<&Row> = rows.iter().filter(|r| pval(r, "load") == "echo").collect();
+            let series = by_protocol(&echo, |r| r.num("size"), "rtt_p50_ms");
+            let caption = format!("Packet size, {prof}: median round trip vs request size");
+            let t = caption.clone();
+            draw("rtt".into(), caption, &move |p| {
+                line_chart(
+                    p,
+                    &t,
+                    ("request size (bytes)", "median round trip (ms)"),
+                    &series,
+                    (true, true),
+                )
+            });
+        }
         "startup" | "bulk" => {
             let protos = run.protocols();
             let mean_of = |p: &str, k: &str| {

@@ -50,6 +50,22 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("link_drops_down", "link drops", 1.0, 0),
             ("rcvbuf_errors", "rcvbuf drops", 1.0, 0),
         ],
+        "initwin" => vec![
+            ("fct_mean_ms", "completion ms", 1.0, 0),
+            ("ideal_ms", "ideal ms", 1.0, 0),
+            ("fct_over_ideal", "/ideal", 1.0, 2),
+            ("sender_rtt_ms", "sender RTT ms", 1.0, 1),
+            ("sender_packets_lost", "lost pkts", 1.0, 0),
+            ("fct_mean_vs_tcp", "time/TCP", 1.0, 2),
+        ],
+        "mss" => vec![
+            ("goodput_mbps", "goodput Mbit/s", 1.0, 0),
+            ("cpu_s_per_gb", "CPU s/GB", 1.0, 2),
+            ("sender_datagrams_sent", "datagrams", 1.0, 0),
+            ("rtt_p50_ms", "p50 RTT ms", 1.0, 3),
+            ("rtt_p99_ms", "p99 RTT ms", 1.0, 3),
+            ("goodput_vs_tcp", "goodput/TCP", 1.0, 2),
+        ],
         "startup" => vec![
             ("fct_mean_ms", "completion ms", 1.0, 0),
             ("ideal_ms", "ideal ms", 1.0, 0),

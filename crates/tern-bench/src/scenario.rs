@@ -27,6 +27,8 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("echo-sizes", "SLTP: echo round trips of 64 B–1 MB, with a CPU hog at 0–100 % load"),
     ("multipath", "Viscous: 30 s bulk on one path, two equal paths (50 + 50 Mbit/s, 20 ms) and two unequal ones (+ 10 Mbit/s, 80 ms): goodput against one path and the sum"),
     ("handover", "SLTP/Viscous: a 100 MB transfer with a mobility event at 5 s (the client moves, a path goes dark, every address changes, a window-closed handover): bytes lost and the longest stall"),
+    ("initwin", "PaUDT: tern's initial window of 8, 16, 32 and 64 packets: completion of 100 kB and 1 MB flows and the sender's RTT, against TCP (IW10)"),
+    ("mss", "PaUDT: tern's packet size (MSS 1300, 1500, 9000 bytes): bulk goodput, CPU per byte and the round trip of small requests"),
     ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
 
@@ -79,6 +81,14 @@ pub const MAR_SIZES: [u32; 9] = [
 pub const MAR_REPLY: u32 = 100;
 
 /// Echo sizes of `echo-sizes`.
+/// PaUDT's initial windows, in packets (`initwin`).
+pub const INITIAL_WINDOWS: [u32; 4] = [8, 16, 32, 64];
+
+/// PaUDT's packet sizes (`mss`), IP and UDP headers included. PaUDT's 512 is not among them:
+/// tern's datagrams are never below 1200 bytes (its handshake padding and amplification
+/// limit rest on that), so an MSS under 1228 cannot be asked of it.
+pub const MSS_SIZES: [u32; 3] = [1_300, 1_500, 9_000];
+
 pub const ECHO_SIZES: [u32; 8] = [64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576];
 
 /// What `tern-bench run` was asked.
@@ -232,6 +242,12 @@ pub fn default_tern_modes(scenario: &str) -> Vec<String> {
     match scenario {
         // cc: reliable messages for its MAR load (its bulk load is one flow in any mode).
         "mar" | "echo-sizes" | "cc" => vec!["messages".into()],
+        // PaUDT's sweeps: tern once per setting.
+        "initwin" => INITIAL_WINDOWS
+            .iter()
+            .map(|iw| format!("flows:iw={iw}"))
+            .collect(),
+        "mss" => MSS_SIZES.iter().map(|m| format!("flows:mss={m}")).collect(),
         // tern on path 1, as the others, and tern on both paths (row `tern-mp`).
         "short-flows" => vec!["flows".into(), "flows:multipath".into()],
         // (multipath and handover say per case whether tern uses every path)
@@ -258,6 +274,8 @@ fn default_protocols(scenario: &str) -> Vec<Proto> {
         "multipath" => vec![Tern, Tcp, Mptcp],
         "handover" => vec![Tern, Mptcp, Quic, Tcp],
         "cc" => vec![Tern, Tcp, TcpBbr, Quic],
+        "initwin" => vec![Tern, Tcp, Quic],
+        "mss" => vec![Tern, Tcp],
         _ => vec![],
     }
 }
@@ -268,7 +286,8 @@ fn default_profile(scenario: &str) -> &'static str {
         "short-flows" => "viscous",
         "long-flow" => "path50",
         "bulk" | "echo-sizes" => "loopback",
-        "startup" => "startup",
+        "startup" | "initwin" => "startup",
+        "mss" => "loopback",
         "multipath" => "multipath",
         "handover" => "handover",
         _ => "lte",
@@ -746,6 +765,72 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                 cases.push(def);
             }
         }
+        "initwin" => {
+            let reps = if q { 3 } else { 10 };
+            let sizes: [u64; 2] = [100_000, 1_000_000];
+            settings["sizes"] = json!(sizes);
+            settings["initial_windows"] = json!(INITIAL_WINDOWS);
+            for size in sizes {
+                for rep in 0..reps {
+                    cases.push(CaseDef::new(
+                        params(&[("size", json!(size)), ("rep", json!(rep))]),
+                        link(losses[0], o.rtts.as_ref().and_then(|r| r.first().copied())),
+                        Work::Flows(FlowPlan {
+                            sizes: vec![vec![size]],
+                            flow_timeout_ms: 30_000,
+                        }),
+                        profile.net,
+                    ));
+                }
+            }
+            for c in &mut cases {
+                c.timeout_s = 40.0;
+            }
+        }
+        "mss" => {
+            // Bulk (goodput, CPU per byte) and closed-loop round trips of small and
+            // medium requests, per packet size.
+            let bulk: u64 = if profile.net == NetKind::Loopback {
+                if q {
+                    256 << 20
+                } else {
+                    1 << 30
+                }
+            } else if q {
+                20_000_000
+            } else {
+                100_000_000
+            };
+            settings["bulk_size"] = json!(bulk);
+            settings["mss"] = json!(MSS_SIZES);
+            let mut def = CaseDef::new(
+                params(&[("load", json!("bulk")), ("size", json!(bulk))]),
+                link(losses[0], None),
+                Work::Flows(FlowPlan {
+                    sizes: vec![vec![bulk]],
+                    flow_timeout_ms: 120_000,
+                }),
+                profile.net,
+            );
+            def.timeout_s = 130.0;
+            cases.push(def);
+            let plan = RpcPlan {
+                sizes: vec![1_024, 16_384, 65_536],
+                per_size: o.count.unwrap_or(if q { 30 } else { 200 }),
+                interval_ms: None,
+                reply: None,
+                drain_ms: 2_000,
+            };
+            settings["rpc"] = serde_json::to_value(&plan)?;
+            let mut def = CaseDef::new(
+                params(&[("load", json!("echo"))]),
+                link(losses[0], None),
+                Work::Rpc(plan),
+                profile.net,
+            );
+            def.timeout_s = 120.0;
+            cases.push(def);
+        }
         "cc" => {
             let secs: u64 = if q { 10 } else { 20 };
             let per_size = o.count.unwrap_or(if q { 30 } else { 100 });
@@ -879,7 +964,7 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
             base.insert("error".into(), json!(true));
         }
         match run.scenario.as_str() {
-            "mar" | "echo-sizes" => {
+            "mar" | "echo-sizes" | "mss" if !case.rpc.is_empty() || run.scenario != "mss" => {
                 let mut sizes: Vec<u32> = case.rpc.iter().map(|s| s.size).collect();
                 sizes.sort_unstable();
                 sizes.dedup();
@@ -928,7 +1013,7 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                     });
                 }
             }
-            "short-flows" | "long-flow" | "startup" | "bulk" => {
+            "short-flows" | "long-flow" | "startup" | "bulk" | "initwin" | "mss" => {
                 let done: Vec<f64> = case.flows.iter().filter_map(|f| f.fct_ms).collect();
                 let bytes: f64 = case.flows.iter().map(|f| f.received as f64).sum();
                 let mut m = BTreeMap::new();
@@ -1002,7 +1087,12 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                         m.insert(format!("link_drops_{dir}"), drops as f64);
                     }
                 }
-                if run.scenario == "startup" {
+                for key in ["rtt_ms", "min_rtt_ms"] {
+                    if let Some(v) = side_stat(&case.extra, "server", key, Agg::Max) {
+                        m.insert(format!("sender_{key}"), v);
+                    }
+                }
+                if run.scenario == "startup" || run.scenario == "initwin" {
                     if let (Some(p), Some(f)) = (profile, case.flows.first()) {
                         let o = link_options_of(case);
                         if let (Some(rate), false) = (p.down_mbps, traced) {
@@ -1295,7 +1385,12 @@ pub fn headline(scenario: &str) -> Vec<(&'static str, &'static str)> {
             ("jitter_ms", "jitter"),
         ],
         "echo-sizes" => vec![("rtt_p50_ms", "p50")],
-        "short-flows" | "startup" | "long-flow" => vec![("fct_mean_ms", "fct")],
+        "short-flows" | "startup" | "long-flow" | "initwin" => vec![("fct_mean_ms", "fct")],
+        "mss" => vec![
+            ("goodput_mbps", "goodput"),
+            ("cpu_s_per_gb", "cpu"),
+            ("rtt_p50_ms", "p50"),
+        ],
         "bulk" => vec![("goodput_mbps", "goodput"), ("cpu_s_per_gb", "cpu")],
         "multipath" => vec![("goodput_mbps", "goodput")],
         "handover" => vec![("stall_ms", "stall"), ("bytes_lost", "lost")],
@@ -2038,5 +2133,37 @@ mod tests {
         assert!(m["rtt_p99_ms"] > 130.0 && m["rtt_p99_ms"] < 139.0);
         assert_eq!(m["queue_delay_p95_ms"], 6.0);
         assert!(m["rtt_p99_vs_tcp"] < 0.5);
+    }
+
+    #[test]
+    fn initwin_and_mss_sweep_tern_settings() {
+        let mut o = opts("initwin", None);
+        o.protocols = None;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.profile.name, "startup");
+        assert_eq!(
+            p.tern_modes,
+            ["flows:iw=8", "flows:iw=16", "flows:iw=32", "flows:iw=64"]
+        );
+        assert_eq!(p.protocols, [Proto::Tern, Proto::Tcp, Proto::Quic]);
+        // Two sizes, three quick repetitions each.
+        assert_eq!(p.cases.len(), 6);
+        let mut o = opts("mss", None);
+        o.protocols = None;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.profile.name, "loopback");
+        assert_eq!(
+            p.tern_modes,
+            ["flows:mss=1300", "flows:mss=1500", "flows:mss=9000"]
+        );
+        let loads: Vec<String> = p.cases.iter().map(|c| pval_of(&c.params, "load")).collect();
+        assert_eq!(loads, ["bulk", "echo"]);
+        // Every mode is one the agents accept, and rows are told apart.
+        let labels: Vec<String> = p
+            .tern_modes
+            .iter()
+            .map(|m| crate::proto::ternp::label_for(m).unwrap())
+            .collect();
+        assert_eq!(labels, ["tern-mss1300", "tern-mss1500", "tern-mss9000"]);
     }
 }

@@ -37,43 +37,115 @@ pub enum TernMode {
     },
 }
 
-/// Splits a tern mode into the way requests are carried and the congestion controller it
-/// names with a last `:cc=NAME` (how `--tern-cc` reaches the agents: `flows:cc=bbr`).
-pub fn split_cc(mode: &str) -> (&str, Option<&str>) {
-    match mode.rsplit_once(":cc=") {
-        Some((rest, cc)) => (rest, Some(cc)),
-        None => (mode, None),
+/// The settings a tern mode may end with, each `:KEY=VALUE` (how `--tern-cc` and the
+/// `initwin` and `mss` scenarios reach the agents: `flows:cc=bbr`, `flows:iw=32`,
+/// `flows:mss=9000`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModeSettings {
+    /// `cc=NAME`: the congestion controller (tern's default without it).
+    pub controller: Option<tern::cc::Algorithm>,
+    /// `iw=N`: the controller's initial window, in datagrams.
+    pub initial_window: Option<u32>,
+    /// `mss=N`: the packet size, IP and UDP headers included (as UDT counts its MSS): tern's
+    /// datagrams carry N − 28 bytes (IPv4).
+    pub mss: Option<u16>,
+}
+
+/// IPv4 + UDP headers, what an MSS counts beyond the UDP payload.
+const IP_UDP_HEADERS: u16 = 28;
+
+impl ModeSettings {
+    /// The UDP payload size an `mss` asks for.
+    pub fn datagram_size(&self) -> Option<u16> {
+        self.mss.map(|m| m.saturating_sub(IP_UDP_HEADERS))
     }
+
+    /// The label suffix: `-bbr`, `-iw32`, `-mss9000`, in that order.
+    fn label(&self) -> String {
+        let mut l = String::new();
+        if let Some(cc) = self.controller {
+            l += &format!("-{cc}");
+        }
+        if let Some(iw) = self.initial_window {
+            l += &format!("-iw{iw}");
+        }
+        if let Some(mss) = self.mss {
+            l += &format!("-mss{mss}");
+        }
+        l
+    }
+}
+
+/// Splits a tern mode into the way requests are carried (with `:multipath`) and its
+/// trailing `:KEY=VALUE` settings.
+pub fn split_settings(mode: &str) -> Result<(&str, ModeSettings), String> {
+    let mut rest = mode;
+    let mut settings = ModeSettings::default();
+    while let Some((head, tail)) = rest.rsplit_once(':') {
+        let Some((key, value)) = tail.split_once('=') else {
+            break;
+        };
+        let bad = |what: &str| format!("bad {what} {value:?} in tern mode {mode:?}");
+        match key {
+            "cc" => {
+                settings.controller = Some(
+                    value
+                        .parse()
+                        .map_err(|e: tern::cc::UnknownAlgorithm| e.to_string())?,
+                )
+            }
+            "iw" => {
+                settings.initial_window = Some(
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|n| (2..=10_000).contains(n))
+                        .ok_or_else(|| bad("initial window"))?,
+                )
+            }
+            "mss" => {
+                // tern's datagrams are never below 1200 bytes (the handshake's padding and
+                // the amplification limit rest on it), so an MSS below 1228 is refused.
+                settings.mss = Some(
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1200 + IP_UDP_HEADERS..=65_000).contains(n))
+                        .ok_or_else(|| {
+                            bad("mss (1228 to 65000: tern's datagrams are at least 1200 bytes)")
+                        })?,
+                )
+            }
+            _ => {
+                return Err(format!(
+                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss)"
+                ))
+            }
+        }
+        rest = head;
+    }
+    Ok((rest, settings))
 }
 
 /// The congestion controller a tern mode names (`…:cc=NAME`); `None`: tern's default.
 pub fn controller_of(mode: &str) -> Result<Option<tern::cc::Algorithm>, String> {
-    split_cc(mode)
-        .1
-        .map(|name| {
-            name.parse()
-                .map_err(|e: tern::cc::UnknownAlgorithm| e.to_string())
-        })
-        .transpose()
+    Ok(split_settings(mode)?.1.controller)
 }
 
 /// Whether a `--tern-mode` asks for every path (`…:multipath`).
 pub fn is_multipath(mode: &str) -> bool {
-    split_cc(mode).0.ends_with(":multipath")
+    split_settings(mode).is_ok_and(|(m, _)| m.ends_with(":multipath"))
 }
 
 /// The results row name of a `--tern-mode`: [`TernMode::label`], plus `-mp` for
-/// `…:multipath` (tern on every path: `tern-mp`), plus `-NAME` for a controller named with
-/// `:cc=NAME` (`tern-bbr`, `tern-mp-copa`).
+/// `…:multipath` (tern on every path: `tern-mp`), plus the settings' suffix
+/// (`tern-bbr`, `tern-mp-copa`, `tern-iw32`, `tern-mss9000`).
 pub fn label_for(mode: &str) -> Result<String, String> {
     let mut label = TernMode::parse(mode)?.label();
     if is_multipath(mode) {
         label += "-mp";
     }
-    if let Some(cc) = controller_of(mode)? {
-        label = format!("{label}-{cc}");
-    }
-    Ok(label)
+    Ok(label + &split_settings(mode)?.1.label())
 }
 
 impl TernMode {
@@ -86,8 +158,7 @@ impl TernMode {
                 "unknown --tern-mode {s:?} (flows or messages[:MS][:redundant], then optionally :multipath)"
             )
         };
-        controller_of(s)?;
-        let s = split_cc(s).0;
+        let s = split_settings(s)?.0;
         let s = s.strip_suffix(":multipath").unwrap_or(s);
         let mut parts = s.split(':');
         match parts.next() {
@@ -154,8 +225,17 @@ fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfig> {
     // Open-loop request streams can pile up on a saturated link; do not let the flow limit
     // (rather than the link) decide the latency. quinn gets the same treatment.
     cfg.connection.flows.max_concurrent_bidi = 100_000;
-    if let Some(cc) = controller_of(mode).map_err(io::Error::other)? {
-        cfg.connection.congestion = cc.factory();
+    let (_, settings) = split_settings(mode).map_err(io::Error::other)?;
+    let cc = settings.controller.unwrap_or_default();
+    match settings.initial_window {
+        Some(iw) => cfg.connection.congestion = cc.factory_with_initial_window(iw),
+        None if settings.controller.is_some() => cfg.connection.congestion = cc.factory(),
+        None => {}
+    }
+    if let Some(size) = settings.datagram_size() {
+        // Both ends: what we send, and what we say we take.
+        cfg.connection.max_datagram_size = size;
+        cfg.connection.max_recv_datagram_size = size;
     }
     Ok(cfg)
 }
@@ -475,6 +555,8 @@ fn stats_json(s: &tern::ConnectionStats) -> Value {
         "ecn": s.ecn.to_string(),
         "ecn_ce_reported": s.ecn_ce_reported,
         "rtt_ms": s.rtt.as_secs_f64() * 1e3,
+        "min_rtt_ms": s.min_rtt.as_secs_f64() * 1e3,
+        "max_datagram_size": s.max_datagram_size,
         "stats": format!("{s:?}"),
     })
 }
@@ -535,5 +617,27 @@ mod tests {
         assert!(TernMode::parse("flows:cc=nonesuch").is_err());
         // The controller is stripped before the mode is read.
         assert_eq!(TernMode::parse("flows:cc=cubic").unwrap(), TernMode::Flows);
+    }
+
+    #[test]
+    fn modes_carry_initial_window_and_mss() {
+        assert_eq!(label_for("flows:iw=32").unwrap(), "tern-iw32");
+        assert_eq!(label_for("flows:mss=9000").unwrap(), "tern-mss9000");
+        assert_eq!(
+            label_for("messages:multipath:cc=bbr:iw=16").unwrap(),
+            "tern-msg-mp-bbr-iw16"
+        );
+        let (base, s) = split_settings("flows:mss=1500:cc=copa").unwrap();
+        assert_eq!(base, "flows");
+        assert_eq!(s.datagram_size(), Some(1472));
+        assert_eq!(s.controller, Some(tern::cc::Algorithm::Copa));
+        // tern's datagrams are at least 1200 bytes: an MSS of 512 is refused, clearly.
+        let err = split_settings("flows:mss=512").unwrap_err();
+        assert!(err.contains("1200"), "{err}");
+        assert!(split_settings("flows:iw=0").is_err());
+        assert!(split_settings("flows:colour=red").is_err());
+        let cfg = config(false, "flows:mss=9000:iw=64").unwrap();
+        assert_eq!(cfg.connection.max_datagram_size, 8972);
+        assert_eq!(cfg.connection.max_recv_datagram_size, 8972);
     }
 }

@@ -248,7 +248,7 @@ impl Copa {
     /// A controller in slow start for the path `info`.
     pub fn new(config: &CopaConfig, now: Instant, info: &PathInfo) -> Self {
         let mss = u64::from(info.max_datagram_size).max(1);
-        let initial_window = u64::from(INITIAL_WINDOW_PACKETS) * mss;
+        let initial_window = u64::from(config.initial_window_packets) * mss;
         Self {
             config: config.clone(),
             mss,
@@ -590,6 +590,7 @@ impl Controller for Copa {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CopaConfig {
     delta: f64,
+    initial_window_packets: u32,
 }
 
 impl Default for CopaConfig {
@@ -597,6 +598,7 @@ impl Default for CopaConfig {
     fn default() -> Self {
         Self {
             delta: DEFAULT_DELTA,
+            initial_window_packets: INITIAL_WINDOW_PACKETS,
         }
     }
 }
@@ -616,6 +618,17 @@ impl CopaConfig {
     /// The configured δ.
     pub fn get_delta(&self) -> f64 {
         self.delta
+    }
+
+    /// The window at the start, in datagrams (10 by default; at least 2).
+    pub fn initial_window_packets(mut self, packets: u32) -> Self {
+        self.initial_window_packets = packets.max(2);
+        self
+    }
+
+    /// The configured initial window, in datagrams.
+    pub fn get_initial_window_packets(&self) -> u32 {
+        self.initial_window_packets
     }
 }
 

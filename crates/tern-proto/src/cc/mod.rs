@@ -320,6 +320,24 @@ impl Algorithm {
         }
     }
 
+    /// The same factory with an initial window of `packets` datagrams (PaUDT's experiment:
+    /// tern-bench's `initwin` scenario sweeps 8 to 64).
+    pub fn factory_with_initial_window(self, packets: u32) -> Arc<dyn ControllerFactory> {
+        match self {
+            Algorithm::NewReno => {
+                Arc::new(NewRenoConfig::default().initial_window_packets(packets))
+            }
+            Algorithm::Cubic => Arc::new(CubicConfig::default().initial_window_packets(packets)),
+            Algorithm::Udt => Arc::new(UdtConfig::default().initial_window_packets(packets)),
+            Algorithm::Copa => Arc::new(
+                CopaConfig::default()
+                    .delta(copa::TERN_DELTA)
+                    .initial_window_packets(packets),
+            ),
+            Algorithm::Bbr => Arc::new(BbrConfig::default().initial_window_packets(packets)),
+        }
+    }
+
     /// A shareable factory with the algorithm's default configuration.
     pub fn factory(self) -> Arc<dyn ControllerFactory> {
         match self {

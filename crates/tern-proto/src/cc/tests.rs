@@ -244,10 +244,22 @@ fn algorithm_names_round_trip() {
         assert_eq!(cc.name(), algorithm.name());
         let cc = algorithm.factory().build(epoch(), &PathInfo::default());
         assert_eq!(cc.name(), algorithm.name());
+        // Every one takes an initial window (PaUDT's experiment).
+        let cc = algorithm
+            .factory_with_initial_window(32)
+            .build(epoch(), &PathInfo::default());
+        assert_eq!(cc.name(), algorithm.name());
+        assert_eq!(cc.initial_window(), 32 * 1200, "{algorithm}");
     }
     assert_eq!("New-Reno".parse::<Algorithm>(), Ok(Algorithm::NewReno));
-    let err = "bbr".parse::<Algorithm>().expect_err("not built in");
-    assert!(err.to_string().contains("bbr"));
+    let err = "vegas".parse::<Algorithm>().expect_err("not built in");
+    assert!(err.to_string().contains("vegas"));
+    for name in ["newreno", "cubic", "udt", "copa", "bbr"] {
+        assert!(
+            err.to_string().contains(name),
+            "the error lists {name}: {err}"
+        );
+    }
     assert_eq!(Algorithm::default(), Algorithm::Cubic);
 }
 
