@@ -6,8 +6,9 @@
 //!
 //! One file per connection, `<dir>/tern-<client|server>-<port>-<n>.sqlog`, started when the
 //! connection's first record is written; times are milliseconds relative to that first
-//! record (`time_format: relative`). Turned on by [`EndpointBuilder::qlog_dir`]
-//! (crate::EndpointBuilder::qlog_dir) or the environment variable `TERN_QLOG_DIR`.
+//! record (`time_format: relative`). Turned on by
+//! [`EndpointBuilder::qlog_dir`](crate::EndpointBuilder::qlog_dir) or the environment
+//! variable `TERN_QLOG_DIR`.
 
 use std::collections::HashMap;
 use std::fs::File;
