@@ -96,6 +96,17 @@ pub struct ConnectionConfig {
     pub local_ips: Vec<std::net::IpAddr>,
     /// Paths per connection, at most [`MAX_PATHS`](crate::MAX_PATHS); 1 turns multipath off.
     pub max_paths: usize,
+    /// Packet-pair fast start (DESIGN.md F11, PROTOCOL.md §11.10): when a path starts sending
+    /// data, and again after it was idle for a smoothed RTT, it sends a short train of
+    /// full-size packets back to back; the peer measures the bottleneck rate from their
+    /// spacing and the controller opens its window to about one bandwidth-delay product
+    /// instead of slow-starting to it. On by default: in `tern-sim` a 1 MB transfer on a
+    /// 50 Mbit/s, 100 ms path completes in 1.2× the ideal time instead of 2.0×
+    /// (`tests/packet_pair.rs`). Receiving and reporting trains does not depend on this.
+    pub fast_start: bool,
+    /// Packets per probe train (2..=64; at most what the congestion window has room for is
+    /// sent, and no train below 4).
+    pub probe_train_len: u8,
 }
 
 impl Default for ConnectionConfig {
@@ -122,6 +133,8 @@ impl Default for ConnectionConfig {
             advertise: Vec::new(),
             local_ips: Vec::new(),
             max_paths: crate::path::MAX_PATHS,
+            fast_start: true,
+            probe_train_len: crate::path::probe::DEFAULT_TRAIN_LEN,
         }
     }
 }

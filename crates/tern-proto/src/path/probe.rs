@@ -1,0 +1,466 @@
+//! Packet-pair fast start (DESIGN.md F11, SLTP's ECHO_1/ECHO_2 generalised to a short train;
+//! PROTOCOL.md §9.26, §9.31, §11.10).
+//!
+//! A sender that starts (or restarts after an idle spell) sends a few full-size packets back
+//! to back, bypassing its pacer, each marked with a `Probe` frame. Whatever their queueing
+//! before the bottleneck, they leave the bottleneck link spaced by its serialisation time, so
+//! the receiver reads the bottleneck rate from the spacing of their arrivals (the *dispersion*)
+//! and reports it in a `ProbeReport` frame. The sender hands the rate to its congestion
+//! controller ([`Controller::on_rate_estimate`](crate::cc::Controller::on_rate_estimate)),
+//! which opens its window to about one bandwidth-delay product instead of doubling towards it
+//! round trip after round trip.
+//!
+//! This module holds both halves of a path's probing state and the estimator; the connection
+//! (`connection/send.rs`, `connection/recv.rs`) decides when to probe and carries the frames.
+//!
+//! # The estimator ([`estimate_rate`])
+//!
+//! Arrival time is the `now` the core is given when it handles the datagram; size is the
+//! datagram's size. The first packet only starts the clock: the train's dispersion is
+//! measured from the end of its arrival to the end of the last one's, so it covers the bytes
+//! of packets 2..n.
+//!
+//! - **Batches.** A driver that reads several datagrams at once (GRO, `recvmmsg`, a busy
+//!   event loop) hands them in with the same `now`. A gap of zero says nothing, and a batch
+//!   shows the spacing only across its ends: the bytes of a batch arrived somewhere between
+//!   the previous timestamp and its own. So arrivals with equal timestamps are merged into
+//!   one *step*, and each step gives one sample, `bytes of the step / time since the previous
+//!   step`, weighted by its packet count. Packets in the same batch as the first one arrived
+//!   before the clock started and are not counted.
+//! - **Robust statistic.** Without batching (every step one packet), the estimate is the
+//!   median of the per-pair samples: a packet of cross traffic slipped between two of ours, or
+//!   one delayed by a scheduling hiccup, stretches one gap (and compresses the next) and moves
+//!   two samples, which the median ignores; a mean would not. With batching, per-step samples
+//!   are dominated by when the batches were read rather than by the link (a batch read late
+//!   looks slow, the one after it fast), so the estimate is the whole train's dispersion,
+//!   `bytes after the first step / (last − first timestamp)`, in which read delays count only
+//!   at the two ends.
+//! - **Too little evidence.** Fewer than [`MIN_ARRIVALS`] packets, or all in one batch: no
+//!   estimate (the report then says rate 0 and the sender keeps slow start).
+//!
+//! Errors go in the safe direction: cross traffic interleaved with the train, or losses
+//! inside it, widen gaps and lower the estimate. What can make it too high is a bottleneck
+//! that the train crossed faster than the flow will later be able to (a shared link whose
+//! other flows were idle during the train, a burst-tolerant policer); the controller treats
+//! its window as an ordinary overshoot then (see `cc/classic.rs`).
+
+use std::time::{Duration, Instant};
+
+use crate::wire::MAX_PROBE_TRAIN;
+
+/// Packets in a train by default: eight to sixteen give a median of at least seven samples
+/// while fitting in the initial window (10 datagrams), which the train is sent within.
+pub const DEFAULT_TRAIN_LEN: u8 = 10;
+
+/// Fewest packets a train is sent with: with less congestion-window room, no train leaves.
+pub const MIN_TRAIN_LEN: u8 = 4;
+
+/// Fewest arrivals the receiver makes an estimate from.
+pub const MIN_ARRIVALS: usize = 3;
+
+/// A sender waits at most this many smoothed RTTs (at least [`MIN_REPORT_WAIT`]) for a train's
+/// report before it gives up on it (it may probe again after its next idle period).
+pub const REPORT_WAIT_RTTS: u32 = 3;
+
+/// Floor of the report wait.
+pub const MIN_REPORT_WAIT: Duration = Duration::from_millis(50);
+
+/// The bottleneck rate, in bytes per second, shown by a train's arrivals `(time, datagram
+/// size)` in the order they were handled; `None` without enough evidence. See the module
+/// documentation for the method.
+pub fn estimate_rate(arrivals: &[(Instant, u32)]) -> Option<u64> {
+    if arrivals.len() < MIN_ARRIVALS {
+        return None;
+    }
+    // Steps: (timestamp, bytes, packets), merging equal (or, defensively, earlier) times.
+    let mut steps: Vec<(Instant, u64, u32)> = Vec::with_capacity(arrivals.len());
+    let first = arrivals[0].0;
+    for &(t, size) in &arrivals[1..] {
+        let t = t.max(steps.last().map_or(first, |s| s.0));
+        if t == first {
+            // Batched with the first packet: arrived before the clock started.
+            continue;
+        }
+        match steps.last_mut() {
+            Some(last) if last.0 == t => {
+                last.1 += u64::from(size);
+                last.2 += 1;
+            }
+            _ => steps.push((t, u64::from(size), 1)),
+        }
+    }
+    let counted: u32 = steps.iter().map(|s| s.2).sum();
+    if steps.is_empty() || (counted as usize) < MIN_ARRIVALS - 1 {
+        return None;
+    }
+    let batched = steps.iter().any(|s| s.2 > 1);
+    if batched {
+        let bytes: u64 = steps.iter().map(|s| s.1).sum();
+        let span = steps.last()?.0.saturating_duration_since(first);
+        return rate(bytes, span);
+    }
+    // One packet per step: the median of the per-pair rates.
+    let mut samples: Vec<u64> = Vec::with_capacity(steps.len());
+    let mut prev = first;
+    for &(t, bytes, _) in &steps {
+        if let Some(r) = rate(bytes, t.saturating_duration_since(prev)) {
+            samples.push(r);
+        }
+        prev = t;
+    }
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_unstable();
+    let n = samples.len();
+    Some(if n % 2 == 1 {
+        samples[n / 2]
+    } else {
+        // The mean of the two middle samples, without overflow.
+        samples[n / 2 - 1] / 2
+            + samples[n / 2] / 2
+            + (samples[n / 2 - 1] % 2 + samples[n / 2] % 2) / 2
+    })
+}
+
+fn rate(bytes: u64, over: Duration) -> Option<u64> {
+    let nanos = over.as_nanos();
+    if nanos == 0 || bytes == 0 {
+        return None;
+    }
+    let r = u128::from(bytes) * 1_000_000_000 / nanos;
+    Some(u64::try_from(r).unwrap_or(u64::MAX).max(1))
+}
+
+/// What a receiver reports about one train.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProbeReport {
+    pub(crate) train: u64,
+    pub(crate) received: u8,
+    /// Bytes per second; 0 = no estimate.
+    pub(crate) rate: u64,
+}
+
+/// The receiving half: the train being recorded on this path and the report owed for it.
+#[derive(Debug, Default)]
+pub(crate) struct ProbeReceiver {
+    /// Train number, packet count and arrivals of the train being recorded.
+    current: Option<(u64, u8, Vec<(Instant, u32)>)>,
+    /// Highest train number finished (its packets, late or repeated, are ignored).
+    finished: u64,
+    /// The report to send (new, or its packet was lost).
+    pub(crate) pending: Option<ProbeReport>,
+    /// The latest report, to resend if lost.
+    pub(crate) latest: Option<ProbeReport>,
+}
+
+impl ProbeReceiver {
+    /// A packet of train `train` (`index` of `count`), `size` bytes, was handled at `now`.
+    pub(crate) fn on_probe(&mut self, now: Instant, train: u64, index: u8, count: u8, size: u32) {
+        if train <= self.finished {
+            return;
+        }
+        if self.current.as_ref().is_some_and(|c| c.0 != train) {
+            if self.current.as_ref().is_some_and(|c| c.0 > train) {
+                return;
+            }
+            self.finish();
+        }
+        let count = count.min(MAX_PROBE_TRAIN);
+        let (_, _, arrivals) = self
+            .current
+            .get_or_insert_with(|| (train, count, Vec::with_capacity(usize::from(count))));
+        if arrivals.len() < usize::from(count) {
+            arrivals.push((now, size));
+        }
+        if index >= count || arrivals.len() >= usize::from(count) {
+            self.finish();
+        }
+    }
+
+    /// A packet that belongs to no train arrived on the path: the train (sent back to back,
+    /// before anything else) is over, whatever of it was lost.
+    pub(crate) fn on_other_packet(&mut self) {
+        if self.current.is_some() {
+            self.finish();
+        }
+    }
+
+    fn finish(&mut self) {
+        let Some((train, _, arrivals)) = self.current.take() else {
+            return;
+        };
+        self.finished = train;
+        let report = ProbeReport {
+            train,
+            received: arrivals.len().min(usize::from(MAX_PROBE_TRAIN)) as u8,
+            rate: estimate_rate(&arrivals).unwrap_or(0),
+        };
+        self.pending = Some(report);
+        self.latest = Some(report);
+    }
+
+    /// The report with this train number was lost: send it again if it is still the latest.
+    pub(crate) fn on_report_lost(&mut self, train: u64) {
+        if self.latest.is_some_and(|r| r.train == train) && self.pending.is_none() {
+            self.pending = self.latest;
+        }
+    }
+}
+
+/// A train being sent: its number, the index of the next packet, its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TrainProgress {
+    pub(crate) train: u64,
+    pub(crate) next: u8,
+    pub(crate) count: u8,
+}
+
+/// The sending half: trains sent on this path and the estimate they gave.
+#[derive(Debug, Default)]
+pub(crate) struct ProbeSender {
+    /// Number of the latest train started (0: none yet).
+    pub(crate) last_train: u64,
+    /// The train whose packets are leaving now.
+    pub(crate) sending: Option<TrainProgress>,
+    /// The train sent last, waiting for its report, and when its last packet left.
+    pub(crate) awaiting: Option<(u64, Instant)>,
+    /// The latest estimate applied, bytes per second, and when.
+    pub(crate) estimate: Option<(u64, Instant)>,
+}
+
+impl ProbeSender {
+    /// Starts train number `last_train + 1` of `count` packets.
+    pub(crate) fn start(&mut self, count: u8) -> u64 {
+        self.last_train += 1;
+        self.sending = Some(TrainProgress {
+            train: self.last_train,
+            next: 1,
+            count,
+        });
+        self.awaiting = None;
+        self.last_train
+    }
+
+    /// The `Probe` frame fields for the next packet of the train, and advances it; the train
+    /// ends (and waits for its report) after its last packet.
+    pub(crate) fn next_packet(&mut self, now: Instant) -> Option<(u64, u8, u8)> {
+        let p = self.sending.as_mut()?;
+        let fields = (p.train, p.next, p.count);
+        if p.next >= p.count {
+            self.awaiting = Some((p.train, now));
+            self.sending = None;
+        } else {
+            p.next += 1;
+        }
+        Some(fields)
+    }
+
+    /// The train cannot go on (no room): it ends short; the receiver measures what arrived.
+    pub(crate) fn abort(&mut self, now: Instant) {
+        if let Some(p) = self.sending.take() {
+            self.awaiting = Some((p.train, now));
+        }
+    }
+
+    /// Whether a report for `train` is one we wait for; if so, stop waiting.
+    pub(crate) fn take_report(&mut self, train: u64) -> bool {
+        if self.awaiting.is_some_and(|(t, _)| t == train) {
+            self.awaiting = None;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Gives up a report that is overdue (lost train tail, or a peer that does not measure).
+    pub(crate) fn expire(&mut self, now: Instant, smoothed_rtt: Duration) {
+        let wait = (smoothed_rtt * REPORT_WAIT_RTTS).max(MIN_REPORT_WAIT);
+        if self
+            .awaiting
+            .is_some_and(|(_, at)| now.saturating_duration_since(at) > wait)
+        {
+            self.awaiting = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SIZE: u32 = 1452;
+
+    fn t0() -> Instant {
+        crate::cc::testing::epoch()
+    }
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    /// `n` packets spaced `gap` apart.
+    fn even(n: usize, gap: Duration) -> Vec<(Instant, u32)> {
+        (0..n).map(|i| (t0() + gap * i as u32, SIZE)).collect()
+    }
+
+    fn within(got: u64, want: f64, tolerance: f64) -> bool {
+        (got as f64 - want).abs() <= want * tolerance
+    }
+
+    #[test]
+    fn evenly_spaced_train_gives_the_link_rate() {
+        // 1452 bytes every 116.16 µs: 100 Mbit/s = 12.5 MB/s.
+        let got = estimate_rate(&even(10, Duration::from_nanos(116_160))).unwrap();
+        assert!(within(got, 12.5e6, 0.001), "{got}");
+        // 1 Gbit/s.
+        let got = estimate_rate(&even(16, Duration::from_nanos(11_616))).unwrap();
+        assert!(within(got, 125e6, 0.001), "{got}");
+    }
+
+    #[test]
+    fn median_ignores_a_stretched_and_a_compressed_gap() {
+        let gap = 100u64;
+        let mut times: Vec<u64> = (0..10).map(|i| i * gap).collect();
+        // A packet of cross traffic delays packet 4 by a whole packet time; packet 5 follows
+        // it closely (one gap stretched, the next compressed).
+        for t in &mut times[4..] {
+            *t += gap;
+        }
+        times[5] -= gap / 2;
+        let arrivals: Vec<_> = times.iter().map(|&t| (t0() + us(t), SIZE)).collect();
+        let got = estimate_rate(&arrivals).unwrap();
+        let want = f64::from(SIZE) / (gap as f64 * 1e-6);
+        assert!(within(got, want, 0.001), "{got} vs {want}");
+        // The whole-train dispersion would be 9 packets over 10 gaps: 10 % low.
+    }
+
+    #[test]
+    fn median_of_an_even_number_of_samples() {
+        // 5 packets → 4 samples: two at 1 packet/100 µs, two at 1 packet/50 µs.
+        let times = [0u64, 100, 200, 250, 300];
+        let arrivals: Vec<_> = times.iter().map(|&t| (t0() + us(t), 1000)).collect();
+        let got = estimate_rate(&arrivals).unwrap();
+        // (10 MB/s + 20 MB/s) / 2
+        assert_eq!(got, 15_000_000);
+    }
+
+    #[test]
+    fn batches_show_the_spacing_across_their_ends() {
+        let gap = 100u64;
+        // Datagrams arrive every 100 µs but are read in pairs (GRO-like), each pair at the
+        // arrival of its second datagram; the first pair's first datagram starts the clock.
+        let mut arrivals = Vec::new();
+        for i in 0..10u64 {
+            let read_at = (i | 1) * gap;
+            arrivals.push((t0() + us(read_at), SIZE));
+        }
+        let got = estimate_rate(&arrivals).unwrap();
+        let want = f64::from(SIZE) / (gap as f64 * 1e-6);
+        // 8 packets after the first batch, over 8 gaps.
+        assert!(within(got, want, 0.001), "{got} vs {want}");
+    }
+
+    #[test]
+    fn irregular_batches_use_the_whole_train() {
+        // True arrivals every 10 µs: the reader takes the first at once, is busy until 35 µs
+        // (three waiting), then takes the last at 40. Per-step samples would say 3/35 and 1/5
+        // packets per µs (the median of weighted samples: 14 % low); the train's ends say
+        // 4 packets in 40 µs, exactly.
+        let times = [0u64, 35, 35, 35, 40];
+        let arrivals: Vec<_> = times.iter().map(|&t| (t0() + us(t), SIZE)).collect();
+        let got = estimate_rate(&arrivals).unwrap();
+        let want = f64::from(SIZE) / 10e-6;
+        assert!(within(got, want, 0.001), "{got} vs {want}");
+    }
+
+    #[test]
+    fn zero_gaps_alone_give_no_estimate() {
+        // A whole train in one receive batch: no spacing to read.
+        let arrivals = vec![(t0(), SIZE); 10];
+        assert_eq!(estimate_rate(&arrivals), None);
+        // Everything but the last in the first batch: one sample is not enough.
+        let mut arrivals = vec![(t0(), SIZE); 9];
+        arrivals.push((t0() + us(100), SIZE));
+        assert_eq!(estimate_rate(&arrivals), None);
+    }
+
+    #[test]
+    fn too_few_packets_give_no_estimate() {
+        assert_eq!(estimate_rate(&[]), None);
+        assert_eq!(estimate_rate(&even(1, us(100))), None);
+        assert_eq!(estimate_rate(&even(2, us(100))), None);
+        assert!(estimate_rate(&even(3, us(100))).is_some());
+    }
+
+    #[test]
+    fn time_stepping_back_is_merged_not_negative() {
+        let times = [0i64, 100, 90, 300, 400];
+        let arrivals: Vec<_> = times.iter().map(|&t| (t0() + us(t as u64), SIZE)).collect();
+        let got = estimate_rate(&arrivals).unwrap();
+        assert!(got > 0);
+    }
+
+    #[test]
+    fn receiver_reports_once_per_train() {
+        let mut rx = ProbeReceiver::default();
+        for (i, (t, size)) in even(10, us(100)).into_iter().enumerate() {
+            rx.on_probe(t, 1, i as u8 + 1, 10, size);
+        }
+        let r = rx.pending.take().expect("report after the last packet");
+        assert_eq!((r.train, r.received), (1, 10));
+        assert!(within(r.rate, f64::from(SIZE) / 100e-6, 0.001));
+        // A duplicate of a finished train changes nothing.
+        rx.on_probe(t0(), 1, 3, 10, SIZE);
+        assert_eq!(rx.pending, None);
+        // Lost report: resent while it is the latest.
+        rx.on_report_lost(1);
+        assert_eq!(rx.pending, Some(r));
+    }
+
+    #[test]
+    fn receiver_ends_a_train_cut_short() {
+        let mut rx = ProbeReceiver::default();
+        // Train 2 of 10 packets: the last 4 are lost; a data packet follows.
+        for (i, (t, size)) in even(6, us(100)).into_iter().enumerate() {
+            rx.on_probe(t, 2, i as u8 + 1, 10, size);
+        }
+        assert_eq!(rx.pending, None);
+        rx.on_other_packet();
+        let r = rx.pending.take().unwrap();
+        assert_eq!((r.train, r.received), (2, 6));
+        assert!(r.rate > 0);
+        // A newer train ends an older one too; too short a remnant reports rate 0.
+        rx.on_probe(t0(), 3, 1, 10, SIZE);
+        rx.on_probe(t0() + us(50), 4, 1, 10, SIZE);
+        let r = rx.pending.take().unwrap();
+        assert_eq!((r.train, r.received, r.rate), (3, 1, 0));
+        // An older train's straggler is ignored.
+        rx.on_probe(t0(), 3, 2, 10, SIZE);
+        rx.on_other_packet();
+        assert_eq!(rx.pending.take().unwrap().train, 4);
+    }
+
+    #[test]
+    fn sender_numbers_and_ends_trains() {
+        let mut tx = ProbeSender::default();
+        let t = t0();
+        assert_eq!(tx.start(3), 1);
+        assert_eq!(tx.next_packet(t), Some((1, 1, 3)));
+        assert_eq!(tx.next_packet(t), Some((1, 2, 3)));
+        assert_eq!(tx.next_packet(t), Some((1, 3, 3)));
+        assert_eq!(tx.next_packet(t), None);
+        assert_eq!(tx.awaiting, Some((1, t)));
+        assert!(!tx.take_report(7));
+        assert!(tx.take_report(1));
+        assert!(!tx.take_report(1));
+        tx.start(4);
+        tx.next_packet(t);
+        tx.abort(t);
+        assert_eq!(tx.awaiting, Some((2, t)));
+        tx.expire(t + Duration::from_millis(40), Duration::from_millis(10));
+        assert!(tx.awaiting.is_some());
+        tx.expire(t + Duration::from_millis(51), Duration::from_millis(10));
+        assert!(tx.awaiting.is_none());
+    }
+}

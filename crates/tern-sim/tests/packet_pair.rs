@@ -1,0 +1,382 @@
+//! Packet-pair fast start (DESIGN.md F11, PROTOCOL.md §11.10) in the simulator: how close the
+//! estimate from a probe train comes to the link rate, what it does to a transfer's start-up
+//! (the `startup` row of DESIGN.md §4) and what it costs when the bottleneck is shared.
+//!
+//! `cargo test -p tern-sim --release --test packet_pair -- --nocapture` prints the figures.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tern_proto::{
+    ConnectionHandle, Dir, Endpoint, EndpointConfig, Event, FlowId, PublicKey, WriteError,
+};
+use tern_sim::tern::{
+    endpoint_config, payload_slice, App, PairAccess, PairHost, TernNode, Transfer, CLIENT_ADDR,
+    SERVER_ADDR,
+};
+use tern_sim::{LinkConfig, Simulation};
+
+fn fast_start_off(c: &mut EndpointConfig) {
+    c.connection.fast_start = false;
+}
+
+/// The client's rate estimate (bytes/s) after a transfer of `size` bytes over a clean link of
+/// `rate_bps` and 40 ms RTT, with the number of estimates it got.
+fn estimate(seed: u64, rate_bps: u64, size: u64) -> (Option<u64>, u64) {
+    let link = LinkConfig::new(rate_bps, Duration::from_millis(20));
+    let t = Transfer::new(seed, link, vec![size]);
+    let mut sim = t.build();
+    let start = sim.now();
+    sim.run_until_done(start + Duration::from_secs(120))
+        .expect("transfer completes");
+    assert_eq!(sim.server().app.corrupt, None);
+    assert_eq!(sim.server().app.total(), size);
+    let conn = sim
+        .client()
+        .endpoint
+        .connection(ConnectionHandle(0))
+        .expect("connection kept");
+    let path = &conn.path_stats()[0];
+    let stats = conn.stats();
+    assert_eq!(
+        path.rate_estimate,
+        (stats.rate_estimate > 0).then_some(stats.rate_estimate)
+    );
+    (path.rate_estimate, stats.rate_estimates)
+}
+
+#[test]
+fn estimate_is_within_ten_percent_of_the_link_rate() {
+    for (rate, size) in [
+        (1_000_000u64, 200_000u64),
+        (10_000_000, 500_000),
+        (100_000_000, 2_000_000),
+        (1_000_000_000, 5_000_000),
+    ] {
+        let (got, count) = estimate(1, rate, size);
+        let got = got.unwrap_or_else(|| panic!("no estimate at {rate} bit/s"));
+        let want = rate as f64 / 8.0;
+        let error = (got as f64 - want) / want;
+        eprintln!(
+            "link {:>5} Mbit/s: estimate {:>8.2} Mbit/s, error {:+.2} % ({count} estimate(s))",
+            rate / 1_000_000,
+            got as f64 * 8.0 / 1e6,
+            100.0 * error
+        );
+        assert!(error.abs() <= 0.10, "{rate}: {got} bytes/s");
+    }
+}
+
+/// Completion of a 1 MB transfer on 50 Mbit/s, 100 ms RTT, a queue of one BDP, and its ratio
+/// to the ideal (handshake RTT + size / C + one RTT for the last acknowledgement).
+fn startup(seed: u64, fast_start: bool) -> (Duration, f64) {
+    const SIZE: u64 = 1_000_000;
+    const RATE: u64 = 50_000_000;
+    let link = LinkConfig::new(RATE, Duration::from_millis(50));
+    let mut t = Transfer::new(seed, link, vec![SIZE]);
+    if !fast_start {
+        t.configure = fast_start_off;
+    }
+    let mut sim = t.build();
+    let start = sim.now();
+    let took = sim
+        .run_until_done(start + Duration::from_secs(30))
+        .expect("transfer completes");
+    assert_eq!(sim.server().app.corrupt, None);
+    assert_eq!(sim.server().app.total(), SIZE);
+    let rtt = Duration::from_millis(100);
+    let ideal = rtt + Duration::from_secs_f64(SIZE as f64 * 8.0 / RATE as f64) + rtt;
+    let stats = sim
+        .client()
+        .endpoint
+        .connection(ConnectionHandle(0))
+        .map(|c| c.stats())
+        .expect("connection kept");
+    eprintln!(
+        "startup seed {seed}, fast start {fast_start}: {took:?} = {:.2}× ideal ({ideal:?}); \
+         trains {}, padding packets {}, estimate {:.1} Mbit/s, lost {}",
+        took.as_secs_f64() / ideal.as_secs_f64(),
+        stats.probe_trains_sent,
+        stats.probe_padding_packets,
+        stats.rate_estimate as f64 * 8.0 / 1e6,
+        stats.packets_lost,
+    );
+    (took, took.as_secs_f64() / ideal.as_secs_f64())
+}
+
+#[test]
+fn one_megabyte_at_fifty_megabit_completes_within_1_3_ideal() {
+    for seed in 1..=3 {
+        let (_, with) = startup(seed, true);
+        let (_, without) = startup(seed, false);
+        assert!(with <= 1.3, "fast start: {with:.2}× ideal (seed {seed})");
+        assert!(with < without, "{with:.2} vs {without:.2} without");
+    }
+}
+
+// ---- a shared bottleneck --------------------------------------------------------------------
+
+/// A client with two connections to the same server over the same link: a long background
+/// transfer from the start, and a foreground transfer that starts `at` later. Completion of
+/// each is recorded.
+struct TwoConnections {
+    server: SocketAddr,
+    key: PublicKey,
+    sizes: [u64; 2],
+    start_at: [Duration; 2],
+    epoch: Option<Instant>,
+    conns: [Option<ConnectionHandle>; 2],
+    flows: [Option<FlowId>; 2],
+    sent: [u64; 2],
+    finished_flow: [bool; 2],
+    /// When each connection was opened and when its flow was acknowledged completely.
+    pub opened: [Option<Instant>; 2],
+    pub done: [Option<Instant>; 2],
+}
+
+impl App for TwoConnections {
+    fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
+        let epoch = *self.epoch.get_or_insert(now);
+        for i in 0..2 {
+            if self.conns[i].is_none() && now >= epoch + self.start_at[i] {
+                self.conns[i] = Some(
+                    ep.connect(now, self.server, Some(self.key))
+                        .expect("connect"),
+                );
+                self.opened[i] = Some(now);
+            }
+            let Some(h) = self.conns[i] else { continue };
+            let Some(conn) = ep.connection_mut(h) else {
+                continue;
+            };
+            if self.flows[i].is_none() {
+                self.flows[i] = conn.open_flow(Dir::Uni).ok();
+            }
+            let Some(id) = self.flows[i] else { continue };
+            while self.sent[i] < self.sizes[i] {
+                let max = ((self.sizes[i] - self.sent[i]) as usize).min(64 * 1024);
+                match conn.write_bytes(id, payload_slice(i as u64, self.sent[i], max)) {
+                    Ok(k) => self.sent[i] += k as u64,
+                    Err(WriteError::Blocked) => break,
+                    Err(e) => panic!("write failed: {e}"),
+                }
+            }
+            if self.sent[i] == self.sizes[i] && !self.finished_flow[i] {
+                conn.finish(id).expect("finish");
+                self.finished_flow[i] = true;
+            }
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, _: &mut Endpoint, conn: ConnectionHandle, event: Event) {
+        if let Event::FlowFinished(_) = event {
+            if let Some(i) = self.conns.iter().position(|c| *c == Some(conn)) {
+                self.done[i] = Some(now);
+            }
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.iter().all(Option::is_some)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        let epoch = self.epoch?;
+        (0..2)
+            .filter(|&i| self.conns[i].is_none())
+            .map(|i| epoch + self.start_at[i])
+            .min()
+    }
+}
+
+/// Reads everything on every connection; bytes received over time per connection.
+#[derive(Default)]
+struct Sink {
+    conns: Vec<ConnectionHandle>,
+    /// (time, connection index, cumulative bytes of that connection).
+    timeline: Vec<(Instant, usize, u64)>,
+    totals: HashMap<usize, u64>,
+}
+
+impl Sink {
+    fn drain(&mut self, now: Instant, ep: &mut Endpoint, h: ConnectionHandle) {
+        let Some(i) = self.conns.iter().position(|c| *c == h) else {
+            return;
+        };
+        let Some(conn) = ep.connection_mut(h) else {
+            return;
+        };
+        while conn.accept_flow(Dir::Uni).is_some() {}
+        let id = FlowId::from_parts(tern_proto::Side::Client, Dir::Uni, 0);
+        while let Ok(Some(chunk)) = conn.read_chunk(id, usize::MAX) {
+            let chunk: Bytes = chunk;
+            let total = self.totals.entry(i).or_default();
+            *total += chunk.len() as u64;
+            self.timeline.push((now, i, *total));
+        }
+    }
+
+    /// Bytes of connection `i` received between two instants.
+    fn between(&self, i: usize, from: Instant, to: Instant) -> u64 {
+        let at = |t: Instant| {
+            self.timeline
+                .iter()
+                .filter(|(x, c, _)| *c == i && *x <= t)
+                .map(|e| e.2)
+                .last()
+                .unwrap_or(0)
+        };
+        at(to) - at(from)
+    }
+}
+
+impl App for Sink {
+    fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
+        while let Some(h) = ep.accept() {
+            self.conns.push(h);
+            self.drain(now, ep, h);
+        }
+    }
+
+    fn on_event(&mut self, now: Instant, ep: &mut Endpoint, conn: ConnectionHandle, event: Event) {
+        if matches!(event, Event::FlowReadable(_) | Event::FlowOpened { .. }) {
+            self.drain(now, ep, conn);
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+/// Results of one shared-bottleneck run.
+struct Shared {
+    /// The foreground transfer's completion time.
+    completion: Duration,
+    /// Bytes both connections got through while the foreground one ran.
+    background_bytes: u64,
+    foreground_bytes: u64,
+    window: Duration,
+    lost: u64,
+    estimate: u64,
+}
+
+/// A 40 Mbit/s, 60 ms bottleneck (queue one BDP, `jitter` per direction) carrying a background
+/// transfer from t = 0 and, from t = 3 s, a foreground transfer of `size` bytes.
+fn shared(seed: u64, size: u64, jitter: Duration, fast_start: bool) -> Shared {
+    let mut link = LinkConfig::new(40_000_000, Duration::from_millis(30));
+    link.jitter = jitter;
+    let mut sim: Simulation<PairHost<TwoConnections, Sink>> = Simulation::new(seed);
+    let now = sim.now();
+    let c: SocketAddr = CLIENT_ADDR.parse().unwrap();
+    let s: SocketAddr = SERVER_ADDR.parse().unwrap();
+    let mut server_cfg = endpoint_config(seed, true);
+    let mut client_cfg = endpoint_config(seed, false);
+    if !fast_start {
+        fast_start_off(&mut client_cfg);
+        fast_start_off(&mut server_cfg);
+    }
+    let server_ep = Endpoint::new(server_cfg, now);
+    let app = TwoConnections {
+        server: s,
+        key: server_ep.public_key(),
+        sizes: [200_000_000, size],
+        start_at: [Duration::ZERO, Duration::from_secs(3)],
+        epoch: None,
+        conns: [None; 2],
+        flows: [None; 2],
+        sent: [0; 2],
+        finished_flow: [false; 2],
+        opened: [None; 2],
+        done: [None; 2],
+    };
+    sim.add_host(
+        PairHost::Client(TernNode::new(Endpoint::new(client_cfg, now), c, app)),
+        &[c.ip()],
+    );
+    sim.add_host(
+        PairHost::Server(TernNode::new(server_ep, s, Sink::default())),
+        &[s.ip()],
+    );
+    sim.add_link(c.ip(), s.ip(), link.clone());
+    sim.add_link(s.ip(), c.ip(), link);
+    // Run until the foreground transfer is done (the background one is far from it).
+    let limit = now + Duration::from_secs(60);
+    let client_host = sim.owner(c.ip()).unwrap();
+    let server_host = sim.owner(s.ip()).unwrap();
+    while sim.now() < limit {
+        let step_to = sim.now() + Duration::from_millis(10);
+        let _ = sim.run_until_done(step_to);
+        let PairHost::Client(node) = sim.node(client_host) else {
+            unreachable!()
+        };
+        if node.app.done[1].is_some() {
+            break;
+        }
+    }
+    let PairHost::Client(client) = sim.node(client_host) else {
+        unreachable!()
+    };
+    let PairHost::Server(server) = sim.node(server_host) else {
+        unreachable!()
+    };
+    let opened = client.app.opened[1].expect("foreground opened");
+    let done = client.app.done[1].expect("foreground completes");
+    let fg = client.app.conns[1].unwrap();
+    let stats = client.endpoint.connection(fg).unwrap().stats();
+    let bg_index = 0;
+    let fg_index = 1;
+    Shared {
+        completion: done - opened,
+        background_bytes: server.app.between(bg_index, opened, done),
+        foreground_bytes: server.app.between(fg_index, opened, done),
+        window: done - opened,
+        lost: stats.packets_lost,
+        estimate: stats.rate_estimate,
+    }
+}
+
+#[test]
+fn on_a_shared_bottleneck_fast_start_costs_at_most_ten_percent() {
+    for (size, jitter) in [
+        (1_000_000u64, Duration::ZERO),
+        (5_000_000, Duration::ZERO),
+        (1_000_000, Duration::from_millis(2)),
+        (5_000_000, Duration::from_millis(2)),
+    ] {
+        let mut with_total = Duration::ZERO;
+        let mut without_total = Duration::ZERO;
+        let mut bg_with = 0u64;
+        let mut bg_without = 0u64;
+        for seed in 1..=3 {
+            let with = shared(seed, size, jitter, true);
+            let without = shared(seed, size, jitter, false);
+            for (name, r) in [("with", &with), ("without", &without)] {
+                eprintln!(
+                    "shared, {size} B, jitter {jitter:?}, seed {seed}, {name:>7} fast start: \
+                     foreground {:?} ({} B), background {:.1} Mbit/s meanwhile, lost {}, \
+                     estimate {:.1} Mbit/s",
+                    r.completion,
+                    r.foreground_bytes,
+                    r.background_bytes as f64 * 8.0 / r.window.as_secs_f64() / 1e6,
+                    r.lost,
+                    r.estimate as f64 * 8.0 / 1e6,
+                );
+            }
+            with_total += with.completion;
+            without_total += without.completion;
+            bg_with += with.background_bytes;
+            bg_without += without.background_bytes;
+        }
+        let cost = with_total.as_secs_f64() / without_total.as_secs_f64() - 1.0;
+        eprintln!(
+            "shared, {size} B, jitter {jitter:?}: foreground completion {:+.1} % with fast start \
+             (sum of 3 seeds {with_total:?} vs {without_total:?}); background bytes meanwhile \
+             {bg_with} vs {bg_without}",
+            100.0 * cost
+        );
+        assert!(cost <= 0.10, "fast start cost {:.1} %", 100.0 * cost);
+    }
+}
