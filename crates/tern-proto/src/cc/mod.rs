@@ -38,8 +38,11 @@
 //! - [`Pacer`]: a token bucket that spreads a window's worth of packets over a round trip.
 //! - `testing` (with `cfg(test)` or the `testing` feature): `Unlimited` and `Mock` controllers.
 //!
-//! Not here yet: BBR, DAIMD, delay-gradient and explicit-rate controllers, HyStart++ and
-//! packet-pair fast start (F11).
+//! Packet-pair fast start (F11) measures a path's bottleneck rate outside the controller
+//! (`path/probe.rs`) and hands it over through [`Controller::on_rate_estimate`]; [`Classic`]
+//! opens its window to the bandwidth-delay product and ends slow start there.
+//!
+//! Not here yet: BBR, DAIMD, delay-gradient and explicit-rate controllers, HyStart++.
 //!
 //! [`RttEstimator`]: crate::recovery::rtt::RttEstimator
 

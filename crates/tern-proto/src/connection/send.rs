@@ -122,18 +122,18 @@ impl Connection {
                 return Some(self.sent_datagram(index, size, ecn));
             }
         }
-        // 3. Data, on the path the scheduler picks among those with room; first, on a path
-        // that starts (again), a probe train (F11).
+        // 3. Data, on the path the scheduler picks among those with room: a probe train
+        // (F11) if that path starts, or starts again after an idle spell.
         if self.has_sendable_data() {
-            if let Some(index) = self.train_to_start(now) {
-                let count = self.train_len(index);
-                self.paths[index].probe_tx.start(count);
-                self.stats.probe_trains_sent += 1;
-                if let Some(t) = self.send_train_packet(now, buf, index) {
-                    return Some(t);
-                }
-            }
             if let Some(index) = self.schedule(now) {
+                if self.wants_train(now, index) {
+                    let count = self.train_len(index);
+                    self.paths[index].probe_tx.start(count);
+                    self.stats.probe_trains_sent += 1;
+                    if let Some(t) = self.send_train_packet(now, buf, index) {
+                        return Some(t);
+                    }
+                }
                 if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
                     return Some(self.sent_datagram(index, size, ecn));
                 }
@@ -185,49 +185,46 @@ impl Connection {
         None
     }
 
-    /// A path that should send a probe train now (F11, PROTOCOL.md §11.10): fast start on,
-    /// the path active and validated, no train of its own under way or awaiting its report,
-    /// and either (a) it has never probed and is still in its first slow start, or (b) it has
-    /// been idle (nothing in flight, nothing ack-eliciting sent) for at least a smoothed RTT;
-    /// plus enough application data waiting to fill at least half of the train (the rest is
-    /// padding) and room in its congestion window for a train of [`MIN_TRAIN_LEN`] packets.
+    /// Whether path `index`, which the scheduler picked for data, should send a probe train
+    /// now (F11, PROTOCOL.md §11.10): fast start on, the path active and validated, no train
+    /// of its own under way or awaiting its report, and either (a) it has not probed since it
+    /// started (or moved to another network path) and is still in its first slow start, or
+    /// (b) it has been idle (nothing in flight, nothing ack-eliciting sent) for at least a
+    /// smoothed RTT; plus enough application data waiting to fill at least half of the train
+    /// (the rest is padding) and room in its congestion window for a train of
+    /// [`MIN_TRAIN_LEN`] packets. Trains go only where the scheduler sends data, so a backup
+    /// path is not probed while it carries nothing.
     ///
     /// [`MIN_TRAIN_LEN`]: crate::path::probe::MIN_TRAIN_LEN
-    fn train_to_start(&mut self, now: Instant) -> Option<usize> {
+    fn wants_train(&mut self, now: Instant, index: usize) -> bool {
         use crate::path::probe::MIN_TRAIN_LEN;
         if !self.config.fast_start || !self.data_allowed_by_window() {
-            return None;
+            return false;
         }
-        let mut found = None;
-        for (index, p) in self.paths.iter_mut().enumerate() {
-            p.probe_tx.expire(now, p.rtt.smoothed());
-            if !p.usable() || p.state != crate::path::PathState::Active {
-                continue;
-            }
-            if p.probe_tx.sending.is_some() || p.probe_tx.awaiting.is_some() {
-                continue;
-            }
-            let first = p.probe_tx.last_train == 0 && p.cc.metrics().ssthresh.is_none();
-            let idle = p.sent.bytes_in_flight == 0
-                && p.sent
-                    .time_of_last_ack_eliciting
-                    .is_some_and(|t| now.saturating_duration_since(t) >= p.rtt.smoothed());
-            if !(first || idle) {
-                continue;
-            }
-            let mtu = u64::from(p.mtu.max(1));
-            if p.cwnd_room() / mtu < u64::from(MIN_TRAIN_LEN)
-                || p.amplification_budget() < u64::from(MIN_TRAIN_LEN) * mtu
-            {
-                continue;
-            }
-            found = Some(index);
-            break;
+        let p = &mut self.paths[index];
+        p.probe_tx.expire(now, p.rtt.smoothed());
+        if !p.usable() || p.state != crate::path::PathState::Active {
+            return false;
         }
-        let index = found?;
+        if p.probe_tx.sending.is_some() || p.probe_tx.awaiting.is_some() {
+            return false;
+        }
+        let first = !p.probe_tx.probed && p.cc.metrics().ssthresh.is_none();
+        let idle = p.sent.bytes_in_flight == 0
+            && p.sent
+                .time_of_last_ack_eliciting
+                .is_some_and(|t| now.saturating_duration_since(t) >= p.rtt.smoothed());
+        if !(first || idle) {
+            return false;
+        }
+        let mtu = u64::from(p.mtu.max(1));
+        if p.cwnd_room() / mtu < u64::from(MIN_TRAIN_LEN)
+            || p.amplification_budget() < u64::from(MIN_TRAIN_LEN) * mtu
+        {
+            return false;
+        }
         let count = u64::from(self.train_len(index));
-        let mtu = u64::from(self.paths[index].mtu);
-        (self.unsent_app_bytes() >= count * mtu / 2).then_some(index)
+        self.unsent_app_bytes() >= count * mtu / 2
     }
 
     /// Packets in a train on path `index`: the configured length, within the window's room.

@@ -221,6 +221,8 @@ pub(crate) struct TrainProgress {
 pub(crate) struct ProbeSender {
     /// Number of the latest train started (0: none yet).
     pub(crate) last_train: u64,
+    /// A train was started on this network path (reset when the path moves).
+    pub(crate) probed: bool,
     /// The train whose packets are leaving now.
     pub(crate) sending: Option<TrainProgress>,
     /// The train sent last, waiting for its report, and when its last packet left.
@@ -233,6 +235,7 @@ impl ProbeSender {
     /// Starts train number `last_train + 1` of `count` packets.
     pub(crate) fn start(&mut self, count: u8) -> u64 {
         self.last_train += 1;
+        self.probed = true;
         self.sending = Some(TrainProgress {
             train: self.last_train,
             next: 1,
