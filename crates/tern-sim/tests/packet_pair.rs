@@ -223,10 +223,9 @@ impl Sink {
         let at = |t: Instant| {
             self.timeline
                 .iter()
-                .filter(|(x, c, _)| *c == i && *x <= t)
-                .map(|e| e.2)
-                .last()
-                .unwrap_or(0)
+                .rev()
+                .find(|(x, c, _)| *c == i && *x <= t)
+                .map_or(0, |e| e.2)
         };
         at(to) - at(from)
     }

@@ -141,11 +141,14 @@ pub(crate) struct ProbeReport {
     pub(crate) rate: u64,
 }
 
+/// A train being recorded: its number, its packet count and the arrivals so far.
+type TrainRecord = (u64, u8, Vec<(Instant, u32)>);
+
 /// The receiving half: the train being recorded on this path and the report owed for it.
 #[derive(Debug, Default)]
 pub(crate) struct ProbeReceiver {
-    /// Train number, packet count and arrivals of the train being recorded.
-    current: Option<(u64, u8, Vec<(Instant, u32)>)>,
+    /// The train being recorded.
+    current: Option<TrainRecord>,
     /// Highest train number finished (its packets, late or repeated, are ignored).
     finished: u64,
     /// The report to send (new, or its packet was lost).
