@@ -656,3 +656,27 @@ fn estimate_on_impaired_links() {
         }
     }
 }
+
+#[test]
+fn an_xx_client_probes_once_the_handshake_is_confirmed() {
+    let link = LinkConfig::new(10_000_000, Duration::from_millis(20));
+    let mut t = Transfer::new(1, link, vec![1_000_000]);
+    t.ik = false;
+    let mut sim = t.build();
+    let start = sim.now();
+    sim.run_until_done(start + Duration::from_secs(30))
+        .expect("transfer completes");
+    assert_eq!(sim.server().app.total(), 1_000_000);
+    let stats = sim
+        .client()
+        .endpoint
+        .connection(ConnectionHandle(0))
+        .unwrap()
+        .stats();
+    assert_eq!(stats.probe_trains_sent, 1);
+    let want = 10_000_000.0 / 8.0;
+    assert!(
+        (stats.rate_estimate as f64 - want).abs() <= 0.1 * want,
+        "{stats:?}"
+    );
+}

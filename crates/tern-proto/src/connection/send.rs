@@ -186,7 +186,8 @@ impl Connection {
     }
 
     /// Whether path `index`, which the scheduler picked for data, should send a probe train
-    /// now (F11, PROTOCOL.md §11.10): fast start on, the path active and validated, no train
+    /// now (F11, PROTOCOL.md §11.10): fast start on, the handshake confirmed (an XX client
+    /// waits for HandshakeDone), the path active and validated, no train
     /// of its own under way or awaiting its report, and either (a) it has not probed since it
     /// started (or moved to another network path) and is still in its first slow start, or
     /// (b) it has been idle (nothing in flight, nothing ack-eliciting sent) for at least a
@@ -198,7 +199,7 @@ impl Connection {
     /// [`MIN_TRAIN_LEN`]: crate::path::probe::MIN_TRAIN_LEN
     fn wants_train(&mut self, now: Instant, index: usize) -> bool {
         use crate::path::probe::MIN_TRAIN_LEN;
-        if !self.config.fast_start || !self.data_allowed_by_window() {
+        if !self.config.fast_start || !self.confirmed || !self.data_allowed_by_window() {
             return false;
         }
         let p = &mut self.paths[index];
