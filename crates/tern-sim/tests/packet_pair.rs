@@ -680,3 +680,45 @@ fn an_xx_client_probes_once_the_handshake_is_confirmed() {
         "{stats:?}"
     );
 }
+
+/// Reports lost on the way back are sent again: every train gets its estimate.
+#[test]
+fn lost_reports_are_resent() {
+    let mut resent = 0;
+    for seed in 1..=20 {
+        let rate = 20_000_000u64;
+        let link = LinkConfig::new(rate, Duration::from_millis(20));
+        let mut t = Transfer::new(seed, link.clone(), vec![1_000_000]);
+        let mut back = link;
+        back.loss = tern_sim::LossModel::Random(0.2);
+        t.downlink = back;
+        let mut sim = t.build();
+        let start = sim.now();
+        sim.run_until_done(start + Duration::from_secs(60))
+            .expect("transfer completes");
+        let stats = sim
+            .client()
+            .endpoint
+            .connection(ConnectionHandle(0))
+            .unwrap()
+            .stats();
+        resent += sim
+            .server()
+            .endpoint
+            .connection(ConnectionHandle(0))
+            .map_or(0, |c| c.stats().packets_lost);
+        // (A stall with nothing in flight for an RTT, after a burst of lost ACKs, is an idle
+        // period too: a second train may go.)
+        assert!(stats.probe_trains_sent >= 1, "seed {seed}");
+        assert_eq!(
+            stats.rate_estimates, stats.probe_trains_sent,
+            "seed {seed}: {stats:?}"
+        );
+        let want = rate as f64 / 8.0;
+        assert!((stats.rate_estimate as f64 - want).abs() <= 0.1 * want);
+    }
+    eprintln!(
+        "20 % loss on the way back: every train got its estimate ({resent} of the receiver's \
+         ack-eliciting packets, which carry the reports, were lost over 20 seeds)"
+    );
+}

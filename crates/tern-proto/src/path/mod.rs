@@ -243,6 +243,7 @@ impl Path {
         let last_train = self.probe_tx.last_train;
         self.probe_tx = probe::ProbeSender {
             last_train,
+            reported: true,
             ..Default::default()
         };
     }

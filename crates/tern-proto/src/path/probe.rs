@@ -219,8 +219,12 @@ pub(crate) struct ProbeSender {
     pub(crate) probed: bool,
     /// The train whose packets are leaving now.
     pub(crate) sending: Option<TrainProgress>,
-    /// The train sent last, waiting for its report, and when its last packet left.
+    /// The train sent last, waiting for its report, and when its last packet left. No new
+    /// train starts while it waits (at most [`REPORT_WAIT_RTTS`] smoothed RTTs).
     pub(crate) awaiting: Option<(u64, Instant)>,
+    /// The latest train's report was applied, or may no longer be (the path moved): a report
+    /// for it, even late (lost and resent), is taken only while this is false.
+    pub(crate) reported: bool,
     /// The latest estimate applied, bytes per second, and when.
     pub(crate) estimate: Option<(u64, Instant)>,
 }
@@ -230,6 +234,7 @@ impl ProbeSender {
     pub(crate) fn start(&mut self, count: u8) -> u64 {
         self.last_train += 1;
         self.probed = true;
+        self.reported = false;
         self.sending = Some(TrainProgress {
             train: self.last_train,
             next: 1,
@@ -260,17 +265,20 @@ impl ProbeSender {
         }
     }
 
-    /// Whether a report for `train` is one we wait for; if so, stop waiting.
+    /// Whether a report for `train` is to be applied: it is for the latest train, whose
+    /// report has not been applied yet (a report resent after the wait expired still counts:
+    /// nothing newer was measured). Stops the waiting.
     pub(crate) fn take_report(&mut self, train: u64) -> bool {
-        if self.awaiting.is_some_and(|(t, _)| t == train) {
-            self.awaiting = None;
-            true
-        } else {
-            false
+        if train != self.last_train || self.reported || self.sending.is_some() {
+            return false;
         }
+        self.reported = true;
+        self.awaiting = None;
+        true
     }
 
-    /// Gives up a report that is overdue (lost train tail, or a peer that does not measure).
+    /// Stops waiting for a report that is overdue (lost train tail, a report lost more than
+    /// once, or a peer that does not measure), so that a later idle period may probe again.
     pub(crate) fn expire(&mut self, now: Instant, smoothed_rtt: Duration) {
         let wait = (smoothed_rtt * REPORT_WAIT_RTTS).max(MIN_REPORT_WAIT);
         if self
@@ -473,14 +481,18 @@ mod tests {
         assert_eq!(tx.awaiting, Some((1, t)));
         assert!(!tx.take_report(7));
         assert!(tx.take_report(1));
-        assert!(!tx.take_report(1));
+        assert!(!tx.take_report(1), "applied once");
         tx.start(4);
         tx.next_packet(t);
+        assert!(!tx.take_report(2), "not before the train is over");
         tx.abort(t);
         assert_eq!(tx.awaiting, Some((2, t)));
         tx.expire(t + Duration::from_millis(40), Duration::from_millis(10));
         assert!(tx.awaiting.is_some());
         tx.expire(t + Duration::from_millis(51), Duration::from_millis(10));
         assert!(tx.awaiting.is_none());
+        // A late report (resent after a loss) for the latest train is still taken.
+        assert!(!tx.take_report(1));
+        assert!(tx.take_report(2));
     }
 }
