@@ -672,37 +672,38 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
         }
     }
 
-    /// Packet-pair fast start (F11): the window opens to [`FAST_START_MARGIN`] × rate ×
-    /// min RTT if that is more than it has, and the slow-start threshold is set to the
-    /// window, so slow start ends there and congestion avoidance (and pacing at 1.25 ×
-    /// window / RTT, about the estimate) takes over. A too-high estimate is then an ordinary
-    /// overshoot: the first losses with a standing queue reduce the window as usual (the
-    /// reduction can be undone if spurious). Without an RTT sample the estimate is ignored
-    /// (no bandwidth-delay product to compute); it never shrinks the window.
+    /// Packet-pair fast start (F11): if [`FAST_START_MARGIN`] × rate × min RTT is more than
+    /// the window, the window opens to it and the slow-start threshold is set to it, so slow
+    /// start ends there and congestion avoidance (and pacing at 1.25 × window / RTT, about
+    /// the estimate) takes over. A too-high estimate is then an ordinary overshoot: the first
+    /// losses with a standing queue reduce the window as usual (the reduction can be undone
+    /// if spurious). An estimate at or below the window changes nothing (it never shrinks
+    /// the window nor cuts a slow start short: a bounded or pessimistic estimate must not
+    /// make the controller slower than it would be on its own). Without an RTT sample the
+    /// estimate is ignored (no bandwidth-delay product to compute).
     fn on_rate_estimate(&mut self, now: Instant, bytes_per_second: u64, rtt: &RttEstimator) {
         let Some(min_rtt) = rtt.min().filter(|r| !r.is_zero()) else {
             return;
         };
-        if bytes_per_second == 0 {
-            return;
-        }
         let (num, den) = FAST_START_MARGIN;
         let bdp = u128::from(bytes_per_second) * min_rtt.as_nanos() * num / (den * 1_000_000_000);
         let target = u64::try_from(bdp)
             .unwrap_or(MAX_WINDOW)
             .clamp(self.minimum_window(), MAX_WINDOW);
-        let window = self.window.max(target);
+        if target <= self.window {
+            return;
+        }
         debug!(
             path = self.path_id,
             algorithm = self.adjustment.name(),
             bytes_per_second,
             ?min_rtt,
             from = self.window,
-            to = window,
+            to = target,
             "fast start from a rate estimate"
         );
-        self.window = window;
-        self.ssthresh = window;
+        self.window = target;
+        self.ssthresh = target;
         self.last_smoothed_rtt = Some(rtt.smoothed());
         // Growth in congestion avoidance starts from here, not from an earlier epoch.
         self.adjustment.on_app_limited(now);
@@ -1079,6 +1080,7 @@ mod tests {
         // A lower estimate never shrinks the window.
         cc.on_rate_estimate(t, 1_000_000, &rtt);
         assert_eq!(cc.window(), 625_000);
+        assert_eq!(cc.ssthresh(), Some(625_000));
         // A too-high estimate is corrected like any overshoot: by the first loss with a queue.
         let queue = rtt_with(100 * MS, 150 * MS);
         cc.on_congestion_event(t + 200 * MS, t + 150 * MS, MSS, false, &queue);
@@ -1093,10 +1095,11 @@ mod tests {
         cc.on_rate_estimate(t, 0, &rtt_with(100 * MS, 100 * MS));
         assert_eq!(cc.window(), 10 * MSS);
         assert!(cc.in_slow_start());
-        // A tiny estimate still leaves the minimum window, and ends slow start where it is.
+        // An estimate below the window changes nothing: slow start goes on.
         cc.on_rate_estimate(t, 1, &rtt_with(100 * MS, 100 * MS));
+        cc.on_rate_estimate(t, 100_000, &rtt_with(100 * MS, 100 * MS));
         assert_eq!(cc.window(), 10 * MSS);
-        assert_eq!(cc.ssthresh(), Some(10 * MSS));
+        assert!(cc.in_slow_start());
         // Huge rates saturate at the largest window.
         let mut cc = reno(ClassicConfig::default());
         cc.on_rate_estimate(t, u64::MAX, &rtt_with(100 * MS, 100 * MS));
