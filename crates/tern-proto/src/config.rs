@@ -102,7 +102,7 @@ pub struct ConnectionConfig {
     /// spacing and the controller opens its window to about one bandwidth-delay product
     /// instead of slow-starting to it. On by default: in `tern-sim` a 1 MB transfer on a
     /// 50 Mbit/s, 100 ms path completes in 1.29× the ideal time instead of 2.37×, and one
-    /// joining a busy bottleneck 23–44 % sooner with both flows together carrying
+    /// joining a busy bottleneck 25–44 % sooner with both flows together carrying
     /// 97–100 % of what they carry without it
     /// (`tern-sim/tests/packet_pair.rs`). Receiving and reporting trains does not depend on
     /// this.
