@@ -315,7 +315,14 @@ fn frames(corpus: &mut Corpus) {
             },
         ),
         ("handshake-done", Frame::HandshakeDone),
-        ("probe", Frame::Probe { seq: 9, index: 2 }),
+        (
+            "probe",
+            Frame::Probe {
+                train: 9,
+                index: 2,
+                count: 10,
+            },
+        ),
         (
             "rate-echo",
             Frame::RateEcho {
@@ -347,6 +354,15 @@ fn frames(corpus: &mut Corpus) {
                 path_id: 3,
                 sequence: 1,
                 status: PathStatusCode::Abandoned,
+            },
+        ),
+        (
+            "probe-report",
+            Frame::ProbeReport {
+                path_id: 0,
+                train: 9,
+                received: 10,
+                rate: 6_250_000,
             },
         ),
     ];

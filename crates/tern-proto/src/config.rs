@@ -99,6 +99,20 @@ pub struct ConnectionConfig {
     /// Record qlog events (packets, RTT, congestion state) for
     /// [`Connection::poll_qlog`](crate::Connection::poll_qlog). Off by default.
     pub qlog: bool,
+    /// Packet-pair fast start (DESIGN.md F11, PROTOCOL.md §11.10): when a path starts sending
+    /// data, and again after it was idle for a smoothed RTT, it sends a short train of
+    /// full-size packets back to back; the peer measures the bottleneck rate from their
+    /// spacing and the controller opens its window to about one bandwidth-delay product
+    /// instead of slow-starting to it. On by default: in `tern-sim` a 1 MB transfer on a
+    /// 50 Mbit/s, 100 ms path completes in 1.29× the ideal time instead of 2.37×, and one
+    /// joining a busy bottleneck 25–44 % sooner with both flows together carrying
+    /// 97–100 % of what they carry without it
+    /// (`tern-sim/tests/packet_pair.rs`). Receiving and reporting trains does not depend on
+    /// this.
+    pub fast_start: bool,
+    /// Packets per probe train (2..=64; at most what the congestion window has room for is
+    /// sent, and no train below 4).
+    pub probe_train_len: u8,
 }
 
 impl Default for ConnectionConfig {
@@ -126,6 +140,8 @@ impl Default for ConnectionConfig {
             local_ips: Vec::new(),
             max_paths: crate::path::MAX_PATHS,
             qlog: false,
+            fast_start: true,
+            probe_train_len: crate::path::probe::DEFAULT_TRAIN_LEN,
         }
     }
 }

@@ -115,6 +115,15 @@ pub enum Event {
         /// The peer asked for it.
         by_peer: bool,
     },
+    /// A probe train measured a path's bottleneck rate (packet-pair fast start, F11): the
+    /// path's controller now starts from it. `bytes_per_second` is the estimate as applied
+    /// (after the sender's bounds).
+    RateEstimate {
+        /// The path's ID.
+        path: u32,
+        /// The estimate, bytes per second.
+        bytes_per_second: u64,
+    },
     /// The peer's address on a path changed (NAT rebinding, a new lease, a new roadside
     /// unit): the new address is being validated.
     PeerAddressChanged {

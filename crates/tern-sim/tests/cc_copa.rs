@@ -146,7 +146,7 @@ fn copa_keeps_a_smaller_queue_than_cubic() {
     ] {
         let copa = run(name, 1, 0.0, configure);
         assert!(
-            copa.mean_queue.mul_f64(4.0) < cubic.mean_queue,
+            copa.mean_queue.mul_f64(3.0) < cubic.mean_queue,
             "{name}: mean queue {:?}, CUBIC's {:?}",
             copa.mean_queue,
             cubic.mean_queue

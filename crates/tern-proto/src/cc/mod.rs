@@ -42,6 +42,11 @@
 //! - [`Pacer`]: a token bucket that spreads a window's worth of packets over a round trip.
 //! - `testing` (with `cfg(test)` or the `testing` feature): `Unlimited` and `Mock` controllers.
 //!
+//! Packet-pair fast start (F11) measures a path's bottleneck rate outside the controller
+//! (`path/probe.rs`) and hands it over through [`Controller::on_rate_estimate`]; [`Classic`]
+//! opens its window to the bandwidth-delay product and ends slow start there, [`Bbr`] seeds
+//! its bandwidth filter with it, [`Udt`] takes it as the link capacity, [`Copa`] as its window.
+//!
 //! Not here yet: the explicit-rate controller (F12, with the router) and HyStart++.
 //!
 //! [`RttEstimator`]: crate::recovery::rtt::RttEstimator

@@ -155,6 +155,9 @@ pub struct Connection {
     pub(crate) window: WindowState,
     /// Server: the Initial payload this connection was built from (see `Endpoint::handle_long`).
     pub(crate) initial_payload: Vec<u8>,
+    /// The `Probe` frame of the packet being processed, if it had one (F11): recorded with
+    /// the datagram's size and arrival time once its frames are processed.
+    pub(crate) probe_seen: Option<(u64, u8, u8)>,
 }
 
 impl Connection {
@@ -223,6 +226,7 @@ impl Connection {
             flight: None,
             close_resend: false,
             initial_payload: Vec::new(),
+            probe_seen: None,
             close_resend_at: None,
             messages_out: Default::default(),
             messages_in: Default::default(),
@@ -323,6 +327,10 @@ impl Connection {
         s.ack_threshold = p.acks.threshold(self.config.ack_frequency);
         s.ack_threshold_requested = p.ack_request.threshold;
         s.paths = self.paths.len();
+        if let Some((rate, at)) = p.probe_tx.estimate {
+            s.rate_estimate = rate;
+            s.rate_estimate_at = Some(at);
+        }
         s
     }
 
@@ -1052,5 +1060,6 @@ impl Connection {
             || self.advertise_pending
             || !self.remove_pending.is_empty()
             || self.paths.iter().any(|p| p.status_pending)
+            || self.paths.iter().any(|p| p.probe_rx.pending.is_some())
     }
 }

@@ -117,6 +117,7 @@ impl Connection {
             State::Draining { .. } | State::Drained => return,
             _ => {}
         }
+        self.probe_seen = None;
         let ack_eliciting = match self.process_frames(now, index, &body[..len]) {
             Ok(eliciting) => eliciting,
             Err((code, reason)) => {
@@ -124,6 +125,17 @@ impl Connection {
                 return;
             }
         };
+        // Packet-pair fast start (F11): a train's packets are timed as they are handled; any
+        // other packet on the path ends the train being recorded.
+        if let Some(rx) = self.paths.get_mut(index).map(|p| &mut p.probe_rx) {
+            match self.probe_seen.take() {
+                Some((train, position, count)) => {
+                    let size = u32::try_from(datagram_len).unwrap_or(u32::MAX);
+                    rx.on_probe(now, train, position, count, size);
+                }
+                None => rx.on_other_packet(),
+            }
+        }
         let acks = &mut self.paths[index].acks;
         let freq = acks.threshold(self.config.ack_frequency);
         acks.on_packet(now, pn, ack_eliciting, ecn, freq, self.config.max_ack_delay);
@@ -451,11 +463,59 @@ impl Connection {
                 // The peer asks whether our window is still closed: say it again.
                 self.window.update_pending = true;
             }
-            // Codec-only frames of features not built yet (F11, F12, F15–F18) are accepted
+            Frame::Probe {
+                train,
+                index,
+                count,
+            } => self.probe_seen = Some((train, index, count)),
+            Frame::ProbeReport {
+                path_id,
+                train,
+                received,
+                rate,
+            } => self.on_probe_report(now, path_id, train, received, rate),
+            // Codec-only frames of features not built yet (F12, F15–F18) are accepted
             // and ignored, so a newer peer does not break an older one.
             _ => {}
         }
         Ok(())
+    }
+
+    /// The peer measured one of our probe trains (F11): hand the rate, bounded, to the path's
+    /// controller. Reports on a train we no longer wait for (a resent report, an old train),
+    /// on unknown paths, or without an estimate change nothing.
+    fn on_probe_report(&mut self, now: Instant, path_id: u32, train: u64, received: u8, rate: u64) {
+        let Some(index) = self.path_index(path_id) else {
+            return;
+        };
+        let path = &mut self.paths[index];
+        if !path.probe_tx.take_report(train) || rate == 0 {
+            return;
+        }
+        // Bound (PROTOCOL.md §11.10): once the path has left its first slow start, its
+        // delivery rate is about window / smoothed RTT; a train may show at most 4× that (the
+        // link may have grown idle, not quadrupled).
+        let mut rate = rate;
+        if path.cc.metrics().ssthresh.is_some() && path.rtt.has_sample() {
+            let nanos = path.rtt.smoothed().as_nanos().max(1);
+            let delivery = u128::from(path.cc.window()) * 1_000_000_000 / nanos;
+            let cap = u64::try_from(delivery.saturating_mul(4)).unwrap_or(u64::MAX);
+            rate = rate.min(cap.max(1));
+        }
+        tracing::debug!(
+            path = path_id,
+            train,
+            received,
+            rate,
+            "probe train estimate"
+        );
+        path.cc.on_rate_estimate(now, rate, &path.rtt);
+        path.probe_tx.estimate = Some((rate, now));
+        self.stats.rate_estimates += 1;
+        self.events.push_back(Event::RateEstimate {
+            path: path_id,
+            bytes_per_second: rate,
+        });
     }
 
     fn on_message_fragment(

@@ -96,6 +96,13 @@ impl Connection {
             // Right after the handshake: every other (local, peer) address pair at once.
             self.open_paths(now);
         }
+        // 0. A probe train under way (F11) leaves back to back, before anything else on any
+        // path, so that nothing of ours falls between its packets.
+        if let Some(index) = self.paths.iter().position(|p| p.probe_tx.sending.is_some()) {
+            if let Some(t) = self.send_train_packet(now, buf, index) {
+                return Some(t);
+            }
+        }
         // 1. What a particular path owes: challenges, responses, probes.
         for index in 0..self.paths.len() {
             let p = &self.paths[index];
@@ -115,9 +122,18 @@ impl Connection {
                 return Some(self.sent_datagram(now, index, size, ecn, false));
             }
         }
-        // 3. Data, on the path the scheduler picks among those with room.
+        // 3. Data, on the path the scheduler picks among those with room: a probe train
+        // (F11) if that path starts, or starts again after an idle spell.
         if self.has_sendable_data() {
             if let Some(index) = self.schedule(now) {
+                if self.wants_train(now, index) {
+                    let count = self.train_len(index);
+                    self.paths[index].probe_tx.start(count);
+                    self.stats.probe_trains_sent += 1;
+                    if let Some(t) = self.send_train_packet(now, buf, index) {
+                        return Some(t);
+                    }
+                }
                 if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
                     return Some(self.sent_datagram(now, index, size, ecn, false));
                 }
@@ -163,6 +179,96 @@ impl Connection {
             size,
             ecn,
         }
+    }
+
+    /// The next packet of the probe train under way on path `index`, ignoring the pacer (the
+    /// train's spacing is what the peer measures); the train ends short if the path has no
+    /// window or amplification room left for a full packet.
+    fn send_train_packet(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        index: usize,
+    ) -> Option<Transmit> {
+        let path = &self.paths[index];
+        let mtu = u64::from(path.mtu);
+        if path.usable() && path.cwnd_room() >= mtu && path.amplification_budget() >= mtu {
+            if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
+                return Some(self.sent_datagram(now, index, size, ecn, false));
+            }
+        }
+        self.paths[index].probe_tx.abort(now);
+        None
+    }
+
+    /// Whether path `index`, which the scheduler picked for data, should send a probe train
+    /// now (F11, PROTOCOL.md §11.10): fast start on, the handshake confirmed (an XX client
+    /// waits for HandshakeDone), the path active and validated, no train
+    /// of its own under way or awaiting its report, and either (a) it has not probed since it
+    /// started (or moved to another network path) and is still in its first slow start, or
+    /// (b) it has been idle (nothing in flight, nothing ack-eliciting sent) for at least a
+    /// smoothed RTT; plus enough application data waiting to fill at least half of the train
+    /// (the rest is padding) and room in its congestion window for a train of
+    /// [`MIN_TRAIN_LEN`] packets. Trains go only where the scheduler sends data, so a backup
+    /// path is not probed while it carries nothing.
+    ///
+    /// [`MIN_TRAIN_LEN`]: crate::path::probe::MIN_TRAIN_LEN
+    fn wants_train(&mut self, now: Instant, index: usize) -> bool {
+        use crate::path::probe::MIN_TRAIN_LEN;
+        if !self.config.fast_start || !self.confirmed || !self.data_allowed_by_window() {
+            return false;
+        }
+        let p = &mut self.paths[index];
+        p.probe_tx.expire(now, p.rtt.smoothed());
+        if !p.usable() || p.state != crate::path::PathState::Active {
+            return false;
+        }
+        if p.probe_tx.sending.is_some() || p.probe_tx.awaiting.is_some() {
+            return false;
+        }
+        let first = !p.probe_tx.probed && p.cc.metrics().ssthresh.is_none();
+        let idle = p.sent.bytes_in_flight == 0
+            && p.sent
+                .time_of_last_ack_eliciting
+                .is_some_and(|t| now.saturating_duration_since(t) >= p.rtt.smoothed());
+        if !(first || idle) {
+            return false;
+        }
+        let mtu = u64::from(p.mtu.max(1));
+        if p.cwnd_room() / mtu < u64::from(MIN_TRAIN_LEN)
+            || p.amplification_budget() < u64::from(MIN_TRAIN_LEN) * mtu
+        {
+            return false;
+        }
+        let count = u64::from(self.train_len(index));
+        self.unsent_app_bytes() >= count * mtu / 2
+    }
+
+    /// Packets in a train on path `index`: the configured length, within the window's room.
+    fn train_len(&self, index: usize) -> u8 {
+        let p = &self.paths[index];
+        let room = p.cwnd_room() / u64::from(p.mtu.max(1));
+        let max = u64::from(
+            self.config
+                .probe_train_len
+                .clamp(2, crate::wire::MAX_PROBE_TRAIN),
+        );
+        room.min(max) as u8
+    }
+
+    /// Application bytes never sent yet that the peer's credit lets go (flow data, messages,
+    /// datagrams).
+    fn unsent_app_bytes(&self) -> u64 {
+        let mut flows = 0u64;
+        for id in &self.flows.ready {
+            if let Some(send) = self.flows.flows.get(id).and_then(|f| f.send.as_ref()) {
+                if send.reset.is_none() {
+                    flows += send.written.min(send.max_data).saturating_sub(send.unsent);
+                }
+            }
+        }
+        let datagrams: u64 = self.datagrams_out.iter().map(|d| d.len() as u64).sum();
+        (flows + self.messages_out.unsent_bytes()).min(self.flows.conn_credit()) + datagrams
     }
 
     /// The path for the next data packet: the scheduler's pick among the paths that may carry
@@ -375,6 +481,8 @@ impl Connection {
         let mut frames = crate::recovery::SentFrames::new();
         let mut ack_eliciting = false;
         let mut pad_to = 0;
+        // Frames recorded before the Probe frame of a train packet (to tell padding-only ones).
+        let mut probe_frames = None;
 
         if close_only {
             if let Some(close) = &self.close {
@@ -420,6 +528,23 @@ impl Connection {
             }
             if data_allowed {
                 let limit = payload_start + max_payload;
+                if purpose == Purpose::Data {
+                    if let Some((train, position, count)) =
+                        self.paths[index].probe_tx.next_packet(now)
+                    {
+                        // One of a probe train: full size, data or not, so that every
+                        // packet of the train takes the same time through the bottleneck.
+                        Frame::Probe {
+                            train,
+                            index: position,
+                            count,
+                        }
+                        .encode(buf);
+                        ack_eliciting = true;
+                        pad_to = mtu;
+                        probe_frames = Some(frames.len());
+                    }
+                }
                 ack_eliciting |= self.write_control_frames(now, buf, limit, &mut frames);
                 if self.data_allowed_by_window() {
                     ack_eliciting |= self.write_datagrams(buf, limit);
@@ -452,6 +577,14 @@ impl Connection {
                 // A probe asks for an immediate answer (SLTP REPLY_REQ): each probe then
                 // gets its own ACK, which doubles the chances through a loss burst.
                 Frame::AckRequest.encode(buf);
+            }
+        }
+        if let Some(before) = probe_frames {
+            let data = frames[before..]
+                .iter()
+                .any(|f| matches!(f, SentFrame::Flow { .. } | SentFrame::Message { .. }));
+            if !data {
+                self.stats.probe_padding_packets += 1;
             }
         }
         let carries_ack = frames.iter().any(|f| matches!(f, SentFrame::Ack { .. }));
@@ -688,6 +821,23 @@ impl Connection {
                 .encode(buf);
                 frames.push(SentFrame::AckFrequency(path.id));
                 request.pending = false;
+            }
+        }
+        for path in &mut self.paths {
+            if room(buf) {
+                if let Some(r) = path.probe_rx.pending.take() {
+                    Frame::ProbeReport {
+                        path_id: path.id,
+                        train: r.train,
+                        received: r.received,
+                        rate: r.rate,
+                    }
+                    .encode(buf);
+                    frames.push(SentFrame::ProbeReport {
+                        path: path.id,
+                        train: r.train,
+                    });
+                }
             }
         }
         if self.advertise_pending
@@ -1085,6 +1235,11 @@ impl Connection {
                         if !p.validated && p.challenge.is_some() {
                             p.challenge_pending = true;
                         }
+                    }
+                }
+                SentFrame::ProbeReport { path, train } => {
+                    if let Some(i) = self.path_index(path) {
+                        self.paths[i].probe_rx.on_report_lost(train);
                     }
                 }
                 // The ACK state is current at every send; nothing to resend.

@@ -89,4 +89,15 @@ pub struct ConnectionStats {
     pub paths: usize,
     /// Packets moved off a path that stopped answering, to be re-sent on the others.
     pub packets_rerouted: u64,
+    /// Probe trains sent (packet-pair fast start, F11), on every path.
+    pub probe_trains_sent: u64,
+    /// Probe packets among them that carried no application data (padding only).
+    pub probe_padding_packets: u64,
+    /// ProbeReport frames received with an estimate, on every path.
+    pub rate_estimates: u64,
+    /// The latest bottleneck-rate estimate on the primary path, bytes per second (0: none),
+    /// and when it arrived.
+    pub rate_estimate: u64,
+    /// See `rate_estimate`.
+    pub rate_estimate_at: Option<std::time::Instant>,
 }

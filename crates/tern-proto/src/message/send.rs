@@ -140,6 +140,15 @@ impl MessageSender {
         id
     }
 
+    /// Message bytes never sent yet (resends not counted): whether a probe train (F11) would
+    /// carry data or padding.
+    pub(crate) fn unsent_bytes(&self) -> u64 {
+        self.msgs
+            .values()
+            .map(|m| (m.data.len() as u64).saturating_sub(m.unsent))
+            .fold(0u64, u64::saturating_add)
+    }
+
     /// Whether any fragment or skip is waiting.
     pub(crate) fn has_pending(&self) -> bool {
         !self.skips.is_empty()

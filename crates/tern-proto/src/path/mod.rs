@@ -3,6 +3,7 @@
 //! The connection keeps only what the paths share (flows, messages, credit, keys); which path
 //! the next packet takes is the scheduler's choice (`scheduler.rs`).
 
+pub(crate) mod probe;
 pub(crate) mod scheduler;
 
 use std::collections::VecDeque;
@@ -93,6 +94,10 @@ pub(crate) struct Path {
     pub(crate) ack_request: AckThresholdRequest,
     /// Whether our ECN marks survive this path.
     pub(crate) ecn: EcnSender,
+    /// Probe trains we send on this path (packet-pair fast start, F11).
+    pub(crate) probe_tx: probe::ProbeSender,
+    /// Probe trains the peer sends on this path, and our reports on them.
+    pub(crate) probe_rx: probe::ProbeReceiver,
 }
 
 /// The sender's side of AckFrequency (PROTOCOL.md §11.1): the threshold it last asked for.
@@ -210,6 +215,8 @@ impl Path {
             } else {
                 EcnSender::disabled()
             },
+            probe_tx: probe::ProbeSender::default(),
+            probe_rx: probe::ProbeReceiver::default(),
         }
     }
 
@@ -234,6 +241,14 @@ impl Path {
         self.pacer = fresh.pacer;
         self.ecn = fresh.ecn;
         self.pacing_until = None;
+        // The old estimate described the old network path: probe afresh (train numbers keep
+        // increasing, so the peer never mistakes a new train for an old one).
+        let last_train = self.probe_tx.last_train;
+        self.probe_tx = probe::ProbeSender {
+            last_train,
+            reported: true,
+            ..Default::default()
+        };
     }
 
     /// Bytes we may still send before the peer's address is validated (3× what it sent).
@@ -306,6 +321,8 @@ impl Path {
             bytes_sent: self.bytes_sent,
             bytes_received: self.bytes_received,
             packets_sent: self.sent.next_pn,
+            rate_estimate: self.probe_tx.estimate.map(|e| e.0),
+            rate_estimate_at: self.probe_tx.estimate.map(|e| e.1),
         }
     }
 }
@@ -340,4 +357,9 @@ pub struct PathStats {
     pub bytes_received: u64,
     /// Packets sent (packet numbers used).
     pub packets_sent: u64,
+    /// The latest bottleneck-rate estimate from a probe train on this path (packet-pair fast
+    /// start, F11), bytes per second, as applied (bounded) to the controller.
+    pub rate_estimate: Option<u64>,
+    /// When that estimate arrived.
+    pub rate_estimate_at: Option<std::time::Instant>,
 }

@@ -70,6 +70,11 @@ pub(crate) enum SentFrame {
     RemoveAddress(u64),
     /// A PathStatus for this path (the current status is resent if lost).
     PathStatus(u32),
+    /// A ProbeReport on train `train` of path `path` (resent if lost and still the latest).
+    ProbeReport {
+        path: u32,
+        train: u64,
+    },
 }
 
 /// One packet in flight.

@@ -96,6 +96,8 @@ pub mod frame_type {
     pub const ACK_ECN: u64 = 0x2a;
     /// `PathStatus` (§9.30).
     pub const PATH_STATUS: u64 = 0x2b;
+    /// `ProbeReport` (§9.31).
+    pub const PROBE_REPORT: u64 = 0x2c;
 }
 
 use frame_type as ty;
@@ -504,12 +506,14 @@ pub enum Frame<'a> {
     },
     /// 0x24: the server confirms the handshake.
     HandshakeDone,
-    /// 0x25: one packet of a packet-pair probe (F11, codec only).
+    /// 0x25: marks its packet as one of a probe train (packet-pair fast start, F11).
     Probe {
-        /// Pair sequence number.
-        seq: u64,
-        /// 1 or 2: position in the pair.
+        /// Train number, increasing per path from 1.
+        train: u64,
+        /// Position of the packet in the train, 1..=`count`.
         index: u8,
+        /// Packets in the train, 2..=[`MAX_PROBE_TRAIN`].
+        count: u8,
     },
     /// 0x26: the receiver echoes a path's feedback rate (F12, codec only).
     RateEcho {
@@ -547,6 +551,18 @@ pub enum Frame<'a> {
         /// What the path is to be used for.
         status: PathStatusCode,
     },
+    /// 0x2c: the receiver's measurement of a probe train (F11): the bottleneck rate seen in
+    /// the spacing of its packets.
+    ProbeReport {
+        /// Path the train was sent on.
+        path_id: u32,
+        /// The train's number (its `Probe` frames' `train`).
+        train: u64,
+        /// Train packets received.
+        received: u8,
+        /// Estimated bottleneck rate in bytes per second; 0 = no estimate.
+        rate: u64,
+    },
 }
 
 /// The `Status` field of `PathStatus` (§9.30).
@@ -583,6 +599,9 @@ impl PathStatusCode {
 
 /// Largest `AckFrequency` threshold (§9.29): beyond it the sender would lose its ACK clock.
 pub const MAX_ACK_THRESHOLD: u32 = 64;
+
+/// Most packets in a probe train (§9.26): bounds what a receiver records per train.
+pub const MAX_PROBE_TRAIN: u8 = 64;
 
 fn decode_group<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
     let group = r.len_prefixed(MAX_GROUP_LEN)?;
@@ -742,12 +761,20 @@ impl<'a> Frame<'a> {
             }
             ty::HANDSHAKE_DONE => Frame::HandshakeDone,
             ty::PROBE => {
-                let seq = r.varint()?;
+                let train = r.varint()?;
                 let index = r.u8()?;
-                if !matches!(index, 1 | 2) {
+                let count = r.u8()?;
+                if !(2..=MAX_PROBE_TRAIN).contains(&count) {
+                    return Err(DecodeError::InvalidValue("probe count"));
+                }
+                if !(1..=count).contains(&index) {
                     return Err(DecodeError::InvalidValue("probe index"));
                 }
-                Frame::Probe { seq, index }
+                Frame::Probe {
+                    train,
+                    index,
+                    count,
+                }
             }
             ty::RATE_ECHO => Frame::RateEcho {
                 path_id: r.varint_u32("path id")?,
@@ -781,6 +808,20 @@ impl<'a> Frame<'a> {
                     path_id,
                     sequence,
                     status,
+                }
+            }
+            ty::PROBE_REPORT => {
+                let path_id = r.varint_u32("path id")?;
+                let train = r.varint()?;
+                let received = r.u8()?;
+                if received > MAX_PROBE_TRAIN {
+                    return Err(DecodeError::InvalidValue("probe received"));
+                }
+                Frame::ProbeReport {
+                    path_id,
+                    train,
+                    received,
+                    rate: r.varint()?,
                 }
             }
             other => return Err(DecodeError::UnknownFrameType(other)),
@@ -835,6 +876,7 @@ impl<'a> Frame<'a> {
             Frame::Leave { .. } => ty::LEAVE,
             Frame::AckFrequency { .. } => ty::ACK_FREQUENCY,
             Frame::PathStatus { .. } => ty::PATH_STATUS,
+            Frame::ProbeReport { .. } => ty::PROBE_REPORT,
         }
     }
 
@@ -922,7 +964,7 @@ impl<'a> Frame<'a> {
                     }
                     + len_prefixed_len(reason.len().min(MAX_REASON_LEN))
             }
-            Frame::Probe { seq, .. } => vl(*seq) + 1,
+            Frame::Probe { train, .. } => vl(*train) + 2,
             Frame::RateEcho { path_id, .. } => vl(u64::from(*path_id)) + 4,
             Frame::Join { group } | Frame::Leave { group } => {
                 len_prefixed_len(group.len().min(MAX_GROUP_LEN))
@@ -935,6 +977,12 @@ impl<'a> Frame<'a> {
             Frame::PathStatus {
                 path_id, sequence, ..
             } => vl(u64::from(*path_id)) + vl(*sequence) + 1,
+            Frame::ProbeReport {
+                path_id,
+                train,
+                rate,
+                ..
+            } => vl(u64::from(*path_id)) + vl(*train) + 1 + vl((*rate).min(MAX)),
         }
     }
 
@@ -1045,10 +1093,18 @@ impl<'a> Frame<'a> {
                 }
                 buf.put_len_prefixed(capped(reason, MAX_REASON_LEN));
             }
-            Frame::Probe { seq, index } => {
-                debug_assert!(matches!(index, 1 | 2), "probe index must be 1 or 2");
-                buf.put_varint(*seq);
+            Frame::Probe {
+                train,
+                index,
+                count,
+            } => {
+                debug_assert!(
+                    (2..=MAX_PROBE_TRAIN).contains(count) && (1..=*count).contains(index),
+                    "probe index {index} of {count}"
+                );
+                buf.put_varint(*train);
                 buf.put_u8(*index);
+                buf.put_u8(*count);
             }
             Frame::RateEcho {
                 path_id,
@@ -1079,6 +1135,19 @@ impl<'a> Frame<'a> {
                 buf.put_varint(u64::from(*path_id));
                 buf.put_varint(*sequence);
                 buf.put_varint(status.to_wire());
+            }
+            Frame::ProbeReport {
+                path_id,
+                train,
+                received,
+                rate,
+            } => {
+                debug_assert!(*received <= MAX_PROBE_TRAIN, "probe received");
+                buf.put_varint(u64::from(*path_id));
+                buf.put_varint(*train);
+                buf.put_u8((*received).min(MAX_PROBE_TRAIN));
+                // Rates beyond 2^62 - 1 bytes/s are not physical: clamp.
+                buf.put_varint((*rate).min(MAX));
             }
         }
     }
@@ -1324,7 +1393,16 @@ pub(crate) mod tests {
     fn field_rules() {
         let cases: &[(&[u8], DecodeError)] = &[
             (&[0x07], DecodeError::UnknownFrameType(0x07)),
-            (&[0x2c], DecodeError::UnknownFrameType(0x2c)),
+            (&[0x2d], DecodeError::UnknownFrameType(0x2d)),
+            (
+                &[0x2c, 0, 1, 65, 0],
+                DecodeError::InvalidValue("probe received"),
+            ),
+            (&[0x2c, 0, 1, 3], DecodeError::UnexpectedEnd),
+            (
+                &[0x2c, 0xc0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1],
+                DecodeError::InvalidValue("path id"),
+            ),
             (&[0x2b, 1, 1, 0], DecodeError::InvalidValue("path status")),
             (&[0x2b, 1, 1, 4], DecodeError::InvalidValue("path status")),
             (&[0x2b, 1, 1], DecodeError::UnexpectedEnd),
@@ -1355,8 +1433,11 @@ pub(crate) mod tests {
             (&[0x20, 1, 0, 21], DecodeError::TooLong),
             (&[0x20, 1, 0, 1, 9, 0], DecodeError::UnexpectedEnd),
             (&[0x22, 0, 0, 0x44, 0x01], DecodeError::TooLong),
-            (&[0x25, 0, 3], DecodeError::InvalidValue("probe index")),
-            (&[0x25, 0, 0], DecodeError::InvalidValue("probe index")),
+            (&[0x25, 0, 3, 2], DecodeError::InvalidValue("probe index")),
+            (&[0x25, 0, 0, 2], DecodeError::InvalidValue("probe index")),
+            (&[0x25, 0, 1, 1], DecodeError::InvalidValue("probe count")),
+            (&[0x25, 0, 1, 65], DecodeError::InvalidValue("probe count")),
+            (&[0x25, 0, 1], DecodeError::UnexpectedEnd),
             (&[0x27, 0], DecodeError::InvalidValue("group")),
             (&[0x28, 0x41, 0x00], DecodeError::TooLong),
             (
@@ -1393,7 +1474,7 @@ pub(crate) mod tests {
         assert_eq!(it.next(), Some(Ok(Frame::HandshakeDone)));
         assert_eq!(
             it.next(),
-            Some(Err(DecodeError::InvalidValue("probe index")))
+            Some(Err(DecodeError::InvalidValue("probe count")))
         );
         assert_eq!(it.current_frame_type(), Some(ty::PROBE));
         assert_eq!(it.next(), None);
@@ -1456,7 +1537,7 @@ pub(crate) mod tests {
 
     pub(crate) fn arb_frame_spec() -> impl Strategy<Value = FrameSpec> {
         (
-            (0u8..36, v(), v(), v(), any::<bool>(), any::<u8>()),
+            (0u8..37, v(), v(), v(), any::<bool>(), any::<u8>()),
             proptest::collection::vec(any::<u8>(), 0..300),
             any::<[u8; 16]>(),
             arb_cid(1..=20),
@@ -1603,9 +1684,19 @@ pub(crate) mod tests {
                     reason,
                 },
                 26 => Frame::HandshakeDone,
-                27 => Frame::Probe {
-                    seq: a,
-                    index: 1 + (self.small % 2),
+                27 => {
+                    let count = 2 + self.small % (MAX_PROBE_TRAIN - 1);
+                    Frame::Probe {
+                        train: a,
+                        index: 1 + (c % u64::from(count)) as u8,
+                        count,
+                    }
+                }
+                36 => Frame::ProbeReport {
+                    path_id: a as u32,
+                    train: b,
+                    received: self.small % (MAX_PROBE_TRAIN + 1),
+                    rate: c,
                 },
                 28 => Frame::RateEcho {
                     path_id: a as u32,
@@ -1688,7 +1779,7 @@ pub(crate) mod tests {
         }
 
         #[test]
-        fn arbitrary_typed_payloads_never_panic(t in 0u8..0x2c, data in proptest::collection::vec(any::<u8>(), 0..40)) {
+        fn arbitrary_typed_payloads_never_panic(t in 0u8..0x2d, data in proptest::collection::vec(any::<u8>(), 0..40)) {
             let mut buf = vec![t];
             buf.extend_from_slice(&data);
             crate::wire::fuzz::frames(&buf);

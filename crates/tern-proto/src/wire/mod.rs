@@ -49,6 +49,7 @@ pub use cid::ConnectionId;
 pub use error_code::TransportErrorCode;
 pub use frame::{
     frame_type, FlowFrame, Frame, FrameIter, MessageFrame, PathStatusCode, MAX_ACK_THRESHOLD,
+    MAX_PROBE_TRAIN,
 };
 pub use header::{
     decode_pn, encode_pn_len, encode_stateless_reset, feedback_rate_offset, is_stateless_reset,
