@@ -775,7 +775,7 @@ impl Connection {
         } else {
             CongestionState::CongestionAvoidance
         };
-        let old = std::mem::replace(&mut p.qlog_state, Some(state));
+        let old = p.qlog_state.replace(state);
         let (path, metrics) = (
             p.id,
             QlogEvent::MetricsUpdated {
