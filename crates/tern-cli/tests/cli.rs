@@ -243,6 +243,26 @@ fn the_congestion_controller_is_chosen_by_name() {
         assert!(out.status.success(), "{cc}: {text}{}", stderr(&out));
         assert!(text.contains(&format!("cc {cc};")), "{cc}: {text}");
     }
+    // With --qlog, both ends of the connection leave a qlog file (JSON-SEQ: RS first).
+    let dir = TempDir::new("qlog");
+    let out = tern()
+        .arg("--qlog")
+        .arg(&dir.0)
+        .args(["perf", "--compare-tcp", "--bytes", "2M"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut files: Vec<String> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files[0].starts_with("tern-client-") && files[1].starts_with("tern-server-"));
+    for f in &files {
+        let bytes = std::fs::read(dir.0.join(f)).unwrap();
+        assert_eq!(bytes.first(), Some(&0x1e), "{f} is JSON-SEQ");
+    }
     // An unknown name is refused before anything starts, with the known names.
     let out = tern().args(["--cc", "vegas", "demo"]).output().unwrap();
     assert!(!out.status.success());
