@@ -571,8 +571,14 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
             // it built (delay axis on a log scale; better is up and to the left).
             let bulk: Vec<&Row> = rows.iter().filter(|r| pval(r, "load") == "bulk").collect();
             let series = by_protocol(&bulk, |r| r.metric("queue_delay_p95_ms"), "goodput_mbps");
+            let secs = run
+                .settings
+                .get("duration_s")
+                .and_then(Value::as_u64)
+                .unwrap_or(20);
+            let loss = bulk.first().map(|r| pval(r, "loss")).unwrap_or_default();
             let caption = format!(
-                "Controllers, {prof}: 20 s bulk, throughput vs 95th-percentile queueing delay"
+                "Controllers, {prof}, {loss} % loss: {secs} s bulk, throughput vs p95 queueing delay"
             );
             let t = caption.clone();
             draw("plane".into(), caption, &move |p| {
