@@ -115,6 +115,14 @@ pub enum Event {
         /// The peer asked for it.
         by_peer: bool,
     },
+    /// A path's datagram size changed (PMTU discovery, PROTOCOL.md §5.5): a probe of `size`
+    /// bytes was acknowledged, or a black hole sent it back to 1 200.
+    PathMtuChanged {
+        /// The path's ID.
+        id: u32,
+        /// Its new datagram size (largest UDP payload).
+        size: u16,
+    },
     /// The peer's address on a path changed (NAT rebinding, a new lease, a new roadside
     /// unit): the new address is being validated.
     PeerAddressChanged {

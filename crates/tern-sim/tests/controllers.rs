@@ -60,13 +60,13 @@ fn compete(seed: u64, loss: f64, flows: &[(Algorithm, u64)], from: Duration) -> 
     let mut sim = setup.build();
     let start = sim.now();
     if let Err(e) = sim.run_until_done(start + Duration::from_secs(120)) {
-        for i in 0..flows.len() {
+        for (i, flow) in flows.iter().enumerate() {
             let tx = SharedBottleneck::sender(&sim, i);
             let stats = tx
                 .endpoint
                 .connection(tern_proto::ConnectionHandle(0))
                 .map(|c| c.stats());
-            eprintln!("flow {i} ({}): {stats:?}", flows[i].0);
+            eprintln!("flow {i} ({}): {stats:?}", flow.0);
         }
         panic!("not every transfer completed: {e:?}");
     }

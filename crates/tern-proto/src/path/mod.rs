@@ -3,6 +3,7 @@
 //! The connection keeps only what the paths share (flows, messages, credit, keys); which path
 //! the next packet takes is the scheduler's choice (`scheduler.rs`).
 
+pub(crate) mod pmtu;
 pub(crate) mod scheduler;
 
 use std::collections::VecDeque;
@@ -79,6 +80,8 @@ pub(crate) struct Path {
     pub(crate) acks: AckTracker,
     pub(crate) replay: ReplayWindow,
     pub(crate) mtu: u16,
+    /// Path MTU discovery: what moves `mtu` (DESIGN.md F14).
+    pub(crate) pmtu: pmtu::Pmtud,
     /// The peer proved it receives at `remote` (before that, the 3× limit applies).
     pub(crate) validated: bool,
     /// We learned this path's remote address from a datagram (the peer opened the path or
@@ -199,6 +202,7 @@ impl Path {
             acks: AckTracker::default(),
             replay: ReplayWindow::default(),
             mtu,
+            pmtu: pmtu::Pmtud::disabled(mtu),
             validated: false,
             limited: true,
             bytes_received: 0,
@@ -221,6 +225,7 @@ impl Path {
         now: Instant,
         config: &crate::config::ConnectionConfig,
     ) {
+        self.mtu = self.pmtu.restart();
         let fresh = Path::new(
             now,
             self.id,
