@@ -25,6 +25,12 @@ fn no_pmtu(c: &mut EndpointConfig) {
     c.connection.pmtu_discovery = false;
 }
 
+/// Searches up to 1 500, above the Ethernet link's 1 472 (the default ceiling is the start
+/// size, 1 452: no search).
+fn above_ethernet(c: &mut EndpointConfig) {
+    c.connection.max_pmtu = 1500;
+}
+
 fn client_stats(sim: &Simulation<PairHost>) -> Option<ConnectionStats> {
     sim.client()
         .endpoint
@@ -146,10 +152,11 @@ fn a_jumbo_search_below_the_ceiling() {
 #[test]
 fn an_ethernet_link_is_found_without_losing_data() {
     const SIZE: u64 = 10_000_000;
-    // The presets' MTU: 1 472 bytes of UDP payload (1 500-byte Ethernet, IPv4). Default
-    // configuration: the search starts at 1 452 and tries up to 1 500.
+    // The presets' MTU: 1 472 bytes of UDP payload (1 500-byte Ethernet, IPv4). The search
+    // starts at 1 452 and tries up to 1 500, so it has to search below a failing ceiling.
     let link = LinkConfig::new(RATE, ONE_WAY);
-    let t = Transfer::new(tern_sim::seed_from_env(3), link, vec![SIZE]);
+    let mut t = Transfer::new(tern_sim::seed_from_env(3), link.clone(), vec![SIZE]);
+    t.configure = above_ethernet;
     let r = run(&t, SIZE, None);
     let size = r.stats.max_datagram_size;
     assert!((1452..=1472).contains(&size), "{size}");
@@ -164,6 +171,21 @@ fn an_ethernet_link_is_found_without_losing_data() {
     assert_eq!(r.link.dropped_mtu, r.stats.pmtu_probes_lost);
     assert!(r.stats.pmtu_probes_lost >= 3);
     assert_eq!(r.stats.pmtu_black_holes, 0);
+    // A ceiling at the link's MTU: one probe, nothing lost.
+    let mut t = Transfer::new(tern_sim::seed_from_env(3), link.clone(), vec![SIZE]);
+    t.configure = |c| c.connection.max_pmtu = 1472;
+    let r = run(&t, SIZE, None);
+    assert_eq!(r.stats.max_datagram_size, 1472);
+    assert_eq!((r.stats.pmtu_probes_sent, r.stats.pmtu_probes_lost), (1, 0));
+    assert_eq!(r.link.dropped_mtu, 0);
+    // The default: no probe, today's 1 452.
+    let r = run(
+        &Transfer::new(tern_sim::seed_from_env(3), link, vec![SIZE]),
+        SIZE,
+        None,
+    );
+    assert_eq!(r.stats.max_datagram_size, 1452);
+    assert_eq!(r.stats.pmtu_probes_sent, 0);
 }
 
 #[test]
@@ -208,11 +230,9 @@ fn lost_probes_are_not_congestion() {
     // No queue to overflow and no random loss: every loss is a probe above the MTU.
     const SIZE: u64 = 10_000_000;
     let link = LinkConfig::new(RATE, ONE_WAY).with_queue_limit(64 << 20);
-    let with = run(
-        &Transfer::new(tern_sim::seed_from_env(5), link.clone(), vec![SIZE]),
-        SIZE,
-        None,
-    );
+    let mut t = Transfer::new(tern_sim::seed_from_env(5), link.clone(), vec![SIZE]);
+    t.configure = above_ethernet;
+    let with = run(&t, SIZE, None);
     let mut t = Transfer::new(tern_sim::seed_from_env(5), link, vec![SIZE]);
     t.configure = no_pmtu;
     let without = run(&t, SIZE, None);

@@ -353,7 +353,7 @@ impl Connection {
         let probing = path_work && path.probes > 0;
         // The second probe timeout in a row probes at the base size: if it gets through while
         // full-size packets do not, PMTU discovery sees a black hole (PROTOCOL.md §5.5).
-        let mtu = if probing && path.sent.pto_count >= 2 {
+        let mtu = if probing && path.sent.pto_count >= 2 && path.pmtu.detects_black_holes() {
             mtu.min(usize::from(crate::path::pmtu::BASE_PLPMTU))
         } else {
             mtu

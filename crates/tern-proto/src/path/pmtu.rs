@@ -33,7 +33,7 @@ pub(crate) const BLACK_HOLE_LOSSES: u32 = 3;
 /// Where the search of a path stands (RFC 8899 §5.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PmtuState {
-    /// Discovery is off for this path (configuration, or nothing above the start size).
+    /// Discovery is off for this path (configuration).
     Disabled,
     /// The path uses its start size and waits to be validated (and the handshake confirmed).
     Base,
@@ -82,10 +82,13 @@ impl Pmtud {
         Self::new(false, mtu, mtu, Duration::from_secs(600))
     }
 
-    /// A search from `initial` up to `max`, starting once the path is validated.
+    /// A search from `initial` up to `max`, starting once the path is validated. With `max`
+    /// at or below `initial` nothing is probed, but black holes are still detected (and the
+    /// search after one climbs back to at most `max.max(initial)`).
     pub(crate) fn new(enabled: bool, initial: u16, max: u16, research: Duration) -> Self {
+        let max = max.max(initial);
         Self {
-            state: if enabled && max > initial {
+            state: if enabled {
                 PmtuState::Base
             } else {
                 PmtuState::Disabled
@@ -233,11 +236,16 @@ impl Pmtud {
         self.small_acked = None;
     }
 
+    /// Whether this path watches for black holes (discovery is on and the size is above the
+    /// base).
+    pub(crate) fn detects_black_holes(&self) -> bool {
+        self.state != PmtuState::Disabled && self.current > BASE_PLPMTU
+    }
+
     /// Whether full-size packets keep getting lost while smaller ones get through (RFC 8899
     /// §4.3): the path no longer carries its datagram size.
     pub(crate) fn black_hole(&self) -> bool {
-        self.state != PmtuState::Disabled
-            && self.current > BASE_PLPMTU
+        self.detects_black_holes()
             && self.large_losses >= BLACK_HOLE_LOSSES
             && self
                 .small_acked
@@ -308,6 +316,8 @@ mod tests {
         assert!((8000 - SEARCH_GRANULARITY..=8000).contains(&size), "{size}");
         // Nothing above the start: the start stays.
         assert_eq!(search(1300, 1500).0, 1452);
+        // A ceiling at the start: no probe at all.
+        assert_eq!(search(9000, 1452), (1452, 0));
     }
 
     #[test]
