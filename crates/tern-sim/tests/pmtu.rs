@@ -246,3 +246,53 @@ fn lost_probes_are_not_congestion() {
     assert_eq!(without.stats.pmtu_probes_sent, 0);
     assert_eq!(without.stats.max_datagram_size, 1452);
 }
+
+#[test]
+fn each_path_of_a_multipath_connection_finds_its_own_size() {
+    use std::net::SocketAddr;
+    use tern_proto::Endpoint;
+    use tern_sim::tern::{endpoint_config, BulkSender, TernNode, VerifyingReceiver};
+    const SIZE: u64 = 20_000_000;
+    let (c, s, sb): (SocketAddr, SocketAddr, SocketAddr) = (
+        "10.0.0.1:5000".parse().unwrap(),
+        "10.0.0.2:4433".parse().unwrap(),
+        "10.2.0.2:4433".parse().unwrap(),
+    );
+    let seed = tern_sim::seed_from_env(6);
+    let mut sim = Simulation::new(seed);
+    let now = sim.now();
+    let mut server_cfg = endpoint_config(seed, true);
+    jumbo(&mut server_cfg);
+    server_cfg.connection.advertise = vec![sb];
+    let mut client_cfg = endpoint_config(seed, false);
+    jumbo(&mut client_cfg);
+    let server_ep = Endpoint::new(server_cfg, now);
+    let key = Some(server_ep.public_key());
+    let client = TernNode::new(
+        Endpoint::new(client_cfg, now),
+        c,
+        BulkSender::new(s, key, vec![SIZE]),
+    );
+    let server = TernNode::new(server_ep, s, VerifyingReceiver::new(1));
+    sim.add_host(PairHost::Client(client), &[c.ip()]);
+    sim.add_host(PairHost::Server(server), &[s.ip(), sb.ip()]);
+    // Path 0 carries jumbo frames, path 1 Ethernet-sized ones.
+    let link = LinkConfig::new(RATE / 2, ONE_WAY);
+    sim.add_duplex(c.ip(), s.ip(), link.clone().with_mtu(9000));
+    sim.add_duplex(c.ip(), sb.ip(), link.with_mtu(1472));
+    sim.run_until_done(sim.now() + Duration::from_secs(60))
+        .expect("transfer completes");
+    let server = &sim.server().app;
+    assert_eq!(server.corrupt, None, "byte-exact");
+    assert_eq!(server.total(), SIZE);
+    let ep = &sim.client().endpoint;
+    let conn = ep.connection(ConnectionHandle(0)).expect("kept");
+    let paths = conn.path_stats();
+    let sizes: Vec<u16> = paths.iter().map(|p| p.max_datagram_size).collect();
+    eprintln!("per-path sizes {sizes:?}; {:?}", conn.stats());
+    assert_eq!(paths.len(), 2);
+    assert_eq!(sizes[0], 9000);
+    assert!((1456..=1472).contains(&sizes[1]), "{sizes:?}");
+    assert!(paths.iter().all(|p| p.bytes_sent > SIZE / 5), "{paths:#?}");
+    assert_eq!(conn.stats().pmtu_black_holes, 0);
+}
