@@ -247,8 +247,10 @@ fn lost_probes_are_not_congestion() {
     assert_eq!(without.stats.max_datagram_size, 1452);
 }
 
-#[test]
-fn each_path_of_a_multipath_connection_finds_its_own_size() {
+/// A transfer over two paths: path 0 carries jumbo frames, path 1 Ethernet-sized ones; with
+/// `hole`, path 0's MTU drops to 1 280 after a second. Returns each path's final size and the
+/// client's statistics.
+fn two_paths(hole: bool) -> (Vec<tern_proto::PathStats>, ConnectionStats) {
     use std::net::SocketAddr;
     use tern_proto::Endpoint;
     use tern_sim::tern::{endpoint_config, BulkSender, TernNode, VerifyingReceiver};
@@ -276,10 +278,15 @@ fn each_path_of_a_multipath_connection_finds_its_own_size() {
     let server = TernNode::new(server_ep, s, VerifyingReceiver::new(1));
     sim.add_host(PairHost::Client(client), &[c.ip()]);
     sim.add_host(PairHost::Server(server), &[s.ip(), sb.ip()]);
-    // Path 0 carries jumbo frames, path 1 Ethernet-sized ones.
     let link = LinkConfig::new(RATE / 2, ONE_WAY);
-    sim.add_duplex(c.ip(), s.ip(), link.clone().with_mtu(9000));
+    let (up, down) = sim.add_duplex(c.ip(), s.ip(), link.clone().with_mtu(9000));
     sim.add_duplex(c.ip(), sb.ip(), link.with_mtu(1472));
+    if hole {
+        sim.schedule(now + Duration::from_secs(1), move |s| {
+            s.link_mut(up).config_mut().mtu = 1280;
+            s.link_mut(down).config_mut().mtu = 1280;
+        });
+    }
     sim.run_until_done(sim.now() + Duration::from_secs(60))
         .expect("transfer completes");
     let server = &sim.server().app;
@@ -288,11 +295,40 @@ fn each_path_of_a_multipath_connection_finds_its_own_size() {
     let ep = &sim.client().endpoint;
     let conn = ep.connection(ConnectionHandle(0)).expect("kept");
     let paths = conn.path_stats();
-    let sizes: Vec<u16> = paths.iter().map(|p| p.max_datagram_size).collect();
-    eprintln!("per-path sizes {sizes:?}; {:?}", conn.stats());
+    eprintln!(
+        "per-path sizes {:?}, bytes sent {:?}; {:?}",
+        paths
+            .iter()
+            .map(|p| p.max_datagram_size)
+            .collect::<Vec<_>>(),
+        paths.iter().map(|p| p.bytes_sent).collect::<Vec<_>>(),
+        conn.stats()
+    );
     assert_eq!(paths.len(), 2);
-    assert_eq!(sizes[0], 9000);
-    assert!((1456..=1472).contains(&sizes[1]), "{sizes:?}");
-    assert!(paths.iter().all(|p| p.bytes_sent > SIZE / 5), "{paths:#?}");
-    assert_eq!(conn.stats().pmtu_black_holes, 0);
+    (paths, conn.stats())
+}
+
+#[test]
+fn each_path_of_a_multipath_connection_finds_its_own_size() {
+    let (paths, stats) = two_paths(false);
+    assert_eq!(paths[0].max_datagram_size, 9000);
+    assert!((1456..=1472).contains(&paths[1].max_datagram_size));
+    assert!(paths.iter().all(|p| p.bytes_sent > 4_000_000), "{paths:#?}");
+    assert_eq!(stats.pmtu_black_holes, 0);
+}
+
+#[test]
+fn a_black_hole_on_one_path_of_several_is_detected_on_that_path() {
+    // Path 0 goes silent for full-size packets: its data moves to path 1 at once (dead-path
+    // failover), and its answered Pings show the black hole.
+    let (paths, stats) = two_paths(true);
+    assert!(stats.pmtu_black_holes >= 1, "{stats:?}");
+    assert!(
+        (1200..=1280).contains(&paths[0].max_datagram_size),
+        "{paths:#?}"
+    );
+    assert!(
+        (1456..=1472).contains(&paths[1].max_datagram_size),
+        "{paths:#?}"
+    );
 }

@@ -266,6 +266,8 @@ impl Connection {
         }
         let path = &mut self.paths[index];
         let moved = path.sent.abandon(now, &path.rtt);
+        self.pmtu_on_abandoned(index, &moved);
+        let path = &mut self.paths[index];
         if path.state != PathState::Dead {
             path.state = PathState::Dead;
             let id = path.id;

@@ -115,6 +115,32 @@ impl Connection {
                 _ => path.pmtu.on_packet_acked(p.size, p.time),
             }
         }
+        // A small packet got through after full-size ones were lost (a path that went silent
+        // and answers its Pings again, see `pmtu_on_abandoned`).
+        self.check_black_hole(index);
+    }
+
+    /// Packets taken off path `index` because it went silent (their data moves to other
+    /// paths): full-size ones count as lost for black-hole detection, so that a path whose
+    /// MTU shrank does not come back at its old size after its Pings are answered.
+    pub(crate) fn pmtu_on_abandoned(&mut self, index: usize, moved: &[(u64, SentPacket)]) {
+        let pmtu = &mut self.paths[index].pmtu;
+        for (_, p) in moved {
+            if p.in_flight && !matches!(p.frames.first(), Some(SentFrame::PmtuProbe(_))) {
+                pmtu.on_packet_lost(p.size, p.time);
+            }
+        }
+    }
+
+    fn check_black_hole(&mut self, index: usize) {
+        let path = &mut self.paths[index];
+        if path.pmtu.black_hole() {
+            let id = path.id;
+            let mtu = path.pmtu.fall_back();
+            self.stats.pmtu_black_holes += 1;
+            tracing::debug!(path = id, "PMTU black hole: back to {BASE_PLPMTU}");
+            self.set_path_mtu(index, mtu);
+        }
     }
 
     /// Lost packets of path `index`: takes the probes out (counted, never resent, never
@@ -144,13 +170,7 @@ impl Connection {
                 rest.push((pn, p));
             }
         }
-        if path.pmtu.black_hole() {
-            let id = path.id;
-            let mtu = path.pmtu.fall_back();
-            self.stats.pmtu_black_holes += 1;
-            tracing::debug!(path = id, "PMTU black hole: back to {BASE_PLPMTU}");
-            self.set_path_mtu(index, mtu);
-        }
+        self.check_black_hole(index);
         rest
     }
 
