@@ -428,6 +428,9 @@ impl fmt::Display for DirectionConfig {
                 fade.bad_fraction() * 100.0
             )?;
         }
+        if let Some(mtu) = self.mtu {
+            write!(f, " mtu {mtu} B")?;
+        }
         if self.reorder > 0.0 {
             write!(
                 f,
@@ -570,6 +573,14 @@ mod tests {
         assert!(c.apply("trace=/nonexistent/file").is_err());
         let text = c.to_string();
         assert!(text.contains("rate 10.00 Mbit/s"), "{text}");
+        assert_eq!(c.mtu, None);
+        c.apply("mtu=9000").unwrap();
+        assert_eq!(c.mtu, Some(9000));
+        assert!(c.to_string().contains("mtu 9000 B"));
+        assert!(c.apply("mtu=20").is_err());
+        assert!(c.apply("mtu=big").is_err());
+        c.apply("mtu=off").unwrap();
+        assert_eq!(c.mtu, None);
     }
 
     #[test]

@@ -253,14 +253,18 @@ impl Pmtud {
                 .is_some_and(|(small, lost)| small > lost)
     }
 
-    /// Falls back to the base size after a black hole and searches again from there.
-    /// Returns the new datagram size.
+    /// Falls back to the base size after a black hole and searches again from there, below
+    /// the size that failed. Returns the new datagram size.
     pub(crate) fn fall_back(&mut self) -> u16 {
+        let failed = self.current;
         self.current = BASE_PLPMTU;
         self.in_flight = None;
         self.reset_streak();
         self.large_acked = None;
         self.start_search();
+        // The size that just failed is the first ceiling (the re-search timer tries the
+        // maximum again later).
+        self.ceiling = u32::from(failed);
         BASE_PLPMTU
     }
 
@@ -378,6 +382,6 @@ mod tests {
         assert!(q.black_hole());
         assert_eq!(p.fall_back(), BASE_PLPMTU);
         assert!(!p.black_hole());
-        assert_eq!(p.poll_probe(crate::cc::testing::epoch()), Some(9000));
+        assert_eq!(p.poll_probe(crate::cc::testing::epoch()), Some(5100));
     }
 }
