@@ -78,6 +78,11 @@ pub struct DirectionConfig {
     pub ecn: crate::ecn::EcnRule,
     /// Whether the direction carries traffic (`false`: every packet is dropped).
     pub up: bool,
+    /// Largest IP packet carried, in bytes (`mtu=9000`); larger ones are dropped and counted
+    /// (`dropped_mtu`), silently, as a black hole does. `None`: no limit of the emulator's own.
+    /// The veths of the topology and the TUN devices are given the largest MTU any direction
+    /// asks for above 1 500, so that jumbo datagrams reach the emulator at all.
+    pub mtu: Option<usize>,
     /// Seed of the random draws, mixed with the link's name and direction (so directions never
     /// share a sequence); `None` is seed 0. Runs with the same seeds draw the same losses.
     pub seed: Option<u64>,
@@ -99,6 +104,7 @@ impl Default for DirectionConfig {
             queue: QueueSpec::Default,
             ecn: crate::ecn::EcnRule::Pass,
             up: true,
+            mtu: None,
             seed: None,
         }
     }
@@ -107,7 +113,7 @@ impl Default for DirectionConfig {
 /// Keys understood by [`DirectionConfig::set`], for help texts.
 pub const KEYS: &str = "delay=20ms jitter=1ms rate=10mbit trace=FILE loss=1% \
 ge=P_GB,P_BG[,LOSS_GOOD,LOSS_BAD] bursty=LOSS,MEAN_BURST outage=AT+FOR[/EVERY]|off \
-fade=MEAN_GOOD,MEAN_BAD[,LOSS_BAD]|off queue=100kB|64pkt|50ms|unlimited reorder=P,DELAY duplicate=P corrupt=P ecn=30kB|20pkt|5ms|bleach|ect1|off seed=N up=true|false";
+fade=MEAN_GOOD,MEAN_BAD[,LOSS_BAD]|off queue=100kB|64pkt|50ms|unlimited reorder=P,DELAY duplicate=P corrupt=P ecn=30kB|20pkt|5ms|bleach|ect1|off mtu=9000|off seed=N up=true|false";
 
 impl DirectionConfig {
     /// A pass-through direction (no delay, no loss, unlimited rate).
@@ -164,6 +170,22 @@ impl DirectionConfig {
                     .parse()
                     .map_err(|_| Error::Parse(format!("bursty={value}: bad burst length")))?;
                 self.loss = LossModel::bursty(units::parse_probability(&parts[0])?, burst);
+            }
+            "mtu" => {
+                self.mtu = match value.trim() {
+                    "off" | "none" | "unlimited" => None,
+                    v => {
+                        let mtu: usize = v
+                            .parse()
+                            .map_err(|_| Error::Parse(format!("mtu={value}: want bytes")))?;
+                        if !(68..=65_535).contains(&mtu) {
+                            return Err(Error::Parse(format!(
+                                "mtu={value}: want 68 to 65535 bytes"
+                            )));
+                        }
+                        Some(mtu)
+                    }
+                }
             }
             "outage" => self.outage = parse_outage(value)?,
             "fade" => self.fade = parse_fade(value)?,
@@ -406,6 +428,9 @@ impl fmt::Display for DirectionConfig {
                 fade.bad_fraction() * 100.0
             )?;
         }
+        if let Some(mtu) = self.mtu {
+            write!(f, " mtu {mtu} B")?;
+        }
         if self.reorder > 0.0 {
             write!(
                 f,
@@ -486,6 +511,15 @@ impl Default for EmulationConfig {
 }
 
 impl EmulationConfig {
+    /// The largest `mtu` any direction of any link asks for.
+    pub fn max_mtu(&self) -> Option<usize> {
+        std::iter::once(&self.default)
+            .chain(self.links.values())
+            .flat_map(|d| [d.up.mtu, d.down.mtu])
+            .flatten()
+            .max()
+    }
+
     /// The same settings on every link.
     pub fn uniform(config: DuplexConfig) -> Self {
         Self {
@@ -539,6 +573,14 @@ mod tests {
         assert!(c.apply("trace=/nonexistent/file").is_err());
         let text = c.to_string();
         assert!(text.contains("rate 10.00 Mbit/s"), "{text}");
+        assert_eq!(c.mtu, None);
+        c.apply("mtu=9000").unwrap();
+        assert_eq!(c.mtu, Some(9000));
+        assert!(c.to_string().contains("mtu 9000 B"));
+        assert!(c.apply("mtu=20").is_err());
+        assert!(c.apply("mtu=big").is_err());
+        c.apply("mtu=off").unwrap();
+        assert_eq!(c.mtu, None);
     }
 
     #[test]

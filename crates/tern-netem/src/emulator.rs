@@ -33,7 +33,8 @@ use crate::engine::{DirectionEngine, DirectionStats};
 use crate::shaper::QueueSample;
 use crate::Error;
 
-/// Largest packet read from a TUN device (its MTU is 1500; this leaves room).
+/// Largest packet read from a TUN device (its MTU is 1 500, or the largest `mtu` configured:
+/// at most 65 535).
 const READ_BUFFER: usize = 65_536;
 
 /// The kernel-side queue of each TUN device: deep enough that the forwarder's own drop-tail
@@ -55,6 +56,8 @@ pub(crate) struct Attachment {
     pub ns: String,
     pub tun: String,
     pub table: u32,
+    /// MTU of the TUN device.
+    pub mtu: u16,
 }
 
 /// State shared by a direction's threads and the handle.
@@ -147,7 +150,7 @@ fn default_seed(link: &str, dir: Direction) -> u64 {
 /// Opens a TUN device named `tun` inside namespace `ns`, from a short-lived thread that
 /// enters the namespace (so neither the calling thread nor the process ever changes
 /// namespace).
-fn open_tun_in(ns: &str, tun: &str) -> Result<SyncDevice, Error> {
+fn open_tun_in(ns: &str, tun: &str, mtu: u16) -> Result<SyncDevice, Error> {
     let ns_path = format!("/run/netns/{ns}");
     let tun_name = tun.to_owned();
     let opened = std::thread::Builder::new()
@@ -158,7 +161,7 @@ fn open_tun_in(ns: &str, tun: &str) -> Result<SyncDevice, Error> {
                 .map_err(|e| format!("cannot enter {ns_path}: {e}"))?;
             let dev = DeviceBuilder::new()
                 .name(&tun_name)
-                .mtu(1500)
+                .mtu(mtu)
                 .build_sync()
                 .map_err(|e| format!("cannot create TUN device {tun_name}: {e}"))?;
             dev.set_nonblocking(true)
@@ -356,7 +359,7 @@ impl Emulator {
     fn attach_all(&self, realtime: bool) -> Result<(), Error> {
         for handle in self.inner.dirs.values() {
             let a = &handle.attachment;
-            let dev = Arc::new(open_tun_in(&a.ns, &a.tun)?);
+            let dev = Arc::new(open_tun_in(&a.ns, &a.tun, a.mtu)?);
             let (tx, rx) = mpsc::channel();
             let (d, s, st) = (
                 Arc::clone(&dev),

@@ -26,6 +26,8 @@ pub struct DirectionStats {
     /// Dropped because a scheduled outage darkened the direction (on arrival or on leaving the
     /// queue).
     pub dropped_outage: u64,
+    /// Dropped for exceeding the direction's `mtu`.
+    pub dropped_mtu: u64,
     /// Packets scheduled for delivery (duplicates included).
     pub delivered: u64,
     /// Bytes scheduled for delivery.
@@ -67,6 +69,9 @@ pub struct DirectionEngine {
     /// Dropped by an outage before the queue (the link counts those dropped after it).
     dropped_outage: u64,
     dropped_outage_bytes: u64,
+    /// Dropped for exceeding the configured MTU.
+    dropped_mtu: u64,
+    dropped_mtu_bytes: u64,
     ce_marked: u64,
 }
 
@@ -88,6 +93,8 @@ impl DirectionEngine {
             dropped_down_bytes: 0,
             dropped_outage: 0,
             dropped_outage_bytes: 0,
+            dropped_mtu: 0,
+            dropped_mtu_bytes: 0,
             ce_marked: 0,
         }
     }
@@ -135,6 +142,11 @@ impl DirectionEngine {
             self.dropped_down_bytes += packet.len() as u64;
             return 0;
         }
+        if self.config.mtu.is_some_and(|mtu| packet.len() > mtu) {
+            self.dropped_mtu += 1;
+            self.dropped_mtu_bytes += packet.len() as u64;
+            return 0;
+        }
         // Dark on arrival: dropped before the queue (no capacity used). A packet that leaves
         // the queue while dark is dropped by the link model, which sees the departure time.
         if self.link.in_outage(now) {
@@ -166,11 +178,15 @@ impl DirectionEngine {
         let s = self.shaper.stats();
         let l = self.link.stats();
         DirectionStats {
-            offered: s.offered + self.dropped_down + self.dropped_outage,
-            offered_bytes: s.offered_bytes + self.dropped_down_bytes + self.dropped_outage_bytes,
+            offered: s.offered + self.dropped_down + self.dropped_outage + self.dropped_mtu,
+            offered_bytes: s.offered_bytes
+                + self.dropped_down_bytes
+                + self.dropped_outage_bytes
+                + self.dropped_mtu_bytes,
             dropped_queue: s.dropped,
             dropped_loss: l.dropped_loss,
             dropped_down: self.dropped_down,
+            dropped_mtu: self.dropped_mtu,
             dropped_outage: self.dropped_outage + l.dropped_outage,
             delivered: l.delivered,
             delivered_bytes: l.bytes,

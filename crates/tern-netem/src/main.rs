@@ -304,7 +304,7 @@ fn print_stats(emu: &Emulator, elapsed: Duration) {
                 let secs = elapsed.as_secs_f64().max(1e-9);
                 eprintln!(
                     "tern-netem: {link} {dir:<4}: offered {} pkt, delivered {} ({}), dropped \
-                     queue {} loss {} down {} outage {}, CE-marked {}, queue now {} B/{} pkt, \
+                     queue {} loss {} down {} outage {} mtu {}, CE-marked {}, queue now {} B/{} pkt, \
                      max {} B/{} pkt",
                     s.offered,
                     s.written,
@@ -313,6 +313,7 @@ fn print_stats(emu: &Emulator, elapsed: Duration) {
                     s.dropped_loss,
                     s.dropped_down,
                     s.dropped_outage,
+                    s.dropped_mtu,
                     s.ce_marked,
                     s.queue_bytes,
                     s.queue_packets,

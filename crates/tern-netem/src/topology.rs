@@ -746,6 +746,12 @@ impl Topology {
         if st.emulator.is_some() {
             return Err(Error::Topology("the emulator is already running".into()));
         }
+        // Jumbo datagrams (DESIGN.md F14): every veth and TUN device carries the largest MTU a
+        // direction asks for; each direction's engine drops what exceeds its own.
+        let mtu = config.max_mtu().unwrap_or(1500).clamp(1500, 65_535);
+        if mtu > 1500 {
+            self.set_wire_mtu(mtu)?;
+        }
         let mut attachments = Vec::new();
         for link in &links {
             for (i, dir) in Direction::BOTH.into_iter().enumerate() {
@@ -755,6 +761,7 @@ impl Topology {
                     ns: self.ns_name(link),
                     tun: format!("tun-{dir}"),
                     table: 100 + i as u32,
+                    mtu: mtu as u16,
                 });
             }
         }
@@ -766,6 +773,17 @@ impl Topology {
         )?;
         st.emulator = Some(emu.clone());
         Ok(emu)
+    }
+
+    /// Sets the MTU of both ends of every wire (raising it lets jumbo datagrams through).
+    pub fn set_wire_mtu(&self, mtu: usize) -> Result<(), Error> {
+        for w in &self.inner.spec.wires {
+            let mtu = mtu.to_string();
+            for (ns, peer) in [(self.ns_name(&w.a), &w.b), (self.ns_name(&w.b), &w.a)] {
+                cmd::ip(&["-n", &ns, "link", "set", &format!("to-{peer}"), "mtu", &mtu])?;
+            }
+        }
+        Ok(())
     }
 
     /// The running emulator, if any.

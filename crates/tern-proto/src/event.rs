@@ -124,6 +124,14 @@ pub enum Event {
         /// The estimate, bytes per second.
         bytes_per_second: u64,
     },
+    /// A path's datagram size changed (PMTU discovery, PROTOCOL.md §5.5): a probe of `size`
+    /// bytes was acknowledged, or a black hole sent it back to 1 200.
+    PathMtuChanged {
+        /// The path's ID.
+        id: u32,
+        /// Its new datagram size (largest UDP payload).
+        size: u16,
+    },
     /// The peer's address on a path changed (NAT rebinding, a new lease, a new roadside
     /// unit): the new address is being validated.
     PeerAddressChanged {

@@ -426,6 +426,7 @@ impl Connection {
         let mtu = self.negotiated_udp_payload();
         self.paths[0].mtu = mtu;
         self.paths[0].cc.on_mtu_update(mtu);
+        self.init_pmtu(0, mtu);
     }
 
     /// The datagram size both sides accept.

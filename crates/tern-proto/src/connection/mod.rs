@@ -16,6 +16,7 @@
 
 pub(crate) mod handshake;
 mod paths;
+mod pmtu;
 mod recv;
 mod send;
 mod stats;
@@ -974,6 +975,11 @@ impl Connection {
             self.on_lost(now, index, out.lost);
             return;
         }
+        if self.pmtu_probe_timeout(index) {
+            // Nothing but a PMTU probe was out: it is lost, and the path is not silent.
+            return;
+        }
+        let path = &mut self.paths[index];
         // Probe timeout: send up to two ack-eliciting packets on this path regardless of its
         // window.
         path.sent.pto_count += 1;

@@ -28,11 +28,13 @@ impl Connection {
         local: Option<IpAddr>,
         ours: bool,
     ) {
+        // Each path searches its own datagram size from the negotiated one (F14).
+        let mtu = self.negotiated_udp_payload();
         let mut path = Path::new(
             now,
             id,
             remote,
-            self.paths[0].mtu,
+            mtu,
             &self.config,
             self.config.congestion.as_ref(),
         );
@@ -43,6 +45,7 @@ impl Connection {
             path.source = local;
         }
         self.paths.push(path);
+        self.init_pmtu(self.paths.len() - 1, mtu);
         self.start_validation(self.paths.len() - 1);
         tracing::debug!(id, %remote, ?local, "path opened");
         self.events.push_back(Event::PathOpened { id, remote });
@@ -263,6 +266,8 @@ impl Connection {
         }
         let path = &mut self.paths[index];
         let moved = path.sent.abandon(now, &path.rtt);
+        self.pmtu_on_abandoned(index, &moved);
+        let path = &mut self.paths[index];
         if path.state != PathState::Dead {
             path.state = PathState::Dead;
             let id = path.id;

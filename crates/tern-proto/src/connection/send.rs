@@ -114,6 +114,10 @@ impl Connection {
                 }
             }
         }
+        // 1b. A path MTU probe (PROTOCOL.md §5.5), at most one in flight per path.
+        if let Some((index, size)) = self.build_pmtu_probe(now, buf) {
+            return Some(self.sent_datagram(now, index, size, None, false));
+        }
         // 2. Redundant copies of data already sent on another path, where there is room.
         if let Some(k) = (0..self.copies.len()).find(|&k| self.copy_fits(now, k)) {
             let copy = self.copies.remove(k);
@@ -453,6 +457,13 @@ impl Connection {
         let mtu = mtu.min(budget as usize);
         let path_work = purpose == Purpose::PathWork;
         let probing = path_work && path.probes > 0;
+        // The second probe timeout in a row probes at the base size: if it gets through while
+        // full-size packets do not, PMTU discovery sees a black hole (PROTOCOL.md §5.5).
+        let mtu = if probing && path.sent.pto_count >= 2 && path.pmtu.detects_black_holes() {
+            mtu.min(usize::from(crate::path::pmtu::BASE_PLPMTU))
+        } else {
+            mtu
+        };
         let wants_ack = self
             .paths
             .iter()
@@ -1042,6 +1053,7 @@ impl Connection {
         }
         // The path answers: probes still owed from a timeout are no longer needed.
         self.paths[path_id].probes = 0;
+        self.pmtu_on_acked(path_id, &acked);
         self.paths[path_id].last_ack = Some(now);
         for (_, p) in &acked {
             let path = &mut self.paths[path_id];
@@ -1108,6 +1120,11 @@ impl Connection {
 
     /// Packets lost: resend what they carried and tell the controller.
     pub(crate) fn on_lost(&mut self, now: Instant, path_id: usize, lost: Vec<(u64, SentPacket)>) {
+        if lost.is_empty() {
+            return;
+        }
+        // PMTU probes are no data and no congestion signal: counted apart, never resent.
+        let lost = self.pmtu_on_lost(path_id, lost);
         if lost.is_empty() {
             return;
         }
@@ -1242,8 +1259,9 @@ impl Connection {
                         self.paths[i].probe_rx.on_report_lost(train);
                     }
                 }
-                // The ACK state is current at every send; nothing to resend.
-                SentFrame::Ack { .. } => {}
+                // The ACK state is current at every send; nothing to resend. A PMTU probe is
+                // never resent.
+                SentFrame::Ack { .. } | SentFrame::PmtuProbe(_) => {}
             }
         }
         let _ = probe;

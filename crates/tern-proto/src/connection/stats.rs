@@ -72,9 +72,16 @@ pub struct ConnectionStats {
     pub rtt_var: Duration,
     /// See `rtt`.
     pub min_rtt: Duration,
-    /// Largest UDP payload the primary path sends now (its datagram size; PMTU discovery will
-    /// move it, F14).
+    /// Largest UDP payload the primary path sends now (its datagram size, moved by PMTU
+    /// discovery, F14).
     pub max_datagram_size: u16,
+    /// PMTU probes sent and lost, every path (PROTOCOL.md §5.5; lost probes are not in
+    /// `packets_lost`).
+    pub pmtu_probes_sent: u64,
+    /// See `pmtu_probes_sent`.
+    pub pmtu_probes_lost: u64,
+    /// PMTU black holes detected (a path fell back to 1 200 bytes), every path.
+    pub pmtu_black_holes: u64,
     /// Congestion window and bytes in flight of the primary path.
     pub cwnd: u64,
     /// See `cwnd`.

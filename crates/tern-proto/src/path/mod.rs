@@ -3,6 +3,7 @@
 //! The connection keeps only what the paths share (flows, messages, credit, keys); which path
 //! the next packet takes is the scheduler's choice (`scheduler.rs`).
 
+pub(crate) mod pmtu;
 pub(crate) mod probe;
 pub(crate) mod scheduler;
 
@@ -80,6 +81,8 @@ pub(crate) struct Path {
     pub(crate) acks: AckTracker,
     pub(crate) replay: ReplayWindow,
     pub(crate) mtu: u16,
+    /// Path MTU discovery: what moves `mtu` (DESIGN.md F14).
+    pub(crate) pmtu: pmtu::Pmtud,
     /// The peer proved it receives at `remote` (before that, the 3× limit applies).
     pub(crate) validated: bool,
     /// We learned this path's remote address from a datagram (the peer opened the path or
@@ -204,6 +207,7 @@ impl Path {
             acks: AckTracker::default(),
             replay: ReplayWindow::default(),
             mtu,
+            pmtu: pmtu::Pmtud::disabled(mtu),
             validated: false,
             limited: true,
             bytes_received: 0,
@@ -228,6 +232,7 @@ impl Path {
         now: Instant,
         config: &crate::config::ConnectionConfig,
     ) {
+        self.mtu = self.pmtu.restart();
         let fresh = Path::new(
             now,
             self.id,

@@ -75,6 +75,9 @@ pub(crate) enum SentFrame {
         path: u32,
         train: u64,
     },
+    /// A PMTU probe of this size (Ping and padding: nothing is resent, and its loss is not
+    /// congestion).
+    PmtuProbe(u16),
 }
 
 /// One packet in flight.
@@ -536,6 +539,27 @@ impl SentPackets {
         self.bytes_in_flight = 0;
         self.loss_time = None;
         self.record_losses(now, &all, false, rtt);
+        all
+    }
+
+    /// Takes the outstanding packets off if they are all PMTU probes (a probe timeout with
+    /// nothing but probes out declares them lost instead of probing).
+    pub(crate) fn take_if_only_pmtu_probes(&mut self) -> Vec<(u64, SentPacket)> {
+        let only = !self.packets.is_empty()
+            && self
+                .packets
+                .values()
+                .all(|p| matches!(p.frames.first(), Some(SentFrame::PmtuProbe(_))));
+        if !only {
+            return Vec::new();
+        }
+        self.loss_time = None;
+        let all: Vec<(u64, SentPacket)> = std::mem::take(&mut self.packets).into_iter().collect();
+        for (_, p) in &all {
+            if p.in_flight {
+                self.bytes_in_flight -= u64::from(p.size);
+            }
+        }
         all
     }
 
