@@ -82,9 +82,9 @@ pub struct ConnectionConfig {
     /// and the size stays as it was, but black-hole detection runs (a path that stops
     /// carrying 1 452 falls back to 1 200 and searches back up to here). Raise it to search:
     /// 1 472 for Ethernet over IPv4, 9 000 for jumbo frames (with `max_recv_datagram_size`
-    /// on both ends). Not higher by default because a size change in mid-transfer upsets UDT's
-    /// DAIMD (tern-sim: 73 % instead of 91 % of a clean link when it moves from 1 452 to
-    /// 1 472 in slow start).
+    /// on both ends). Not higher by default yet: with 1 472, tern-sim's standby-failover test
+    /// (`multipath.rs`, a standby path taking over when the active one dies) no longer
+    /// completes, an interaction still to be found.
     pub max_pmtu: u16,
     /// How long a completed search rests before it probes again (RFC 8899 §5.1.1's
     /// PMTU_RAISE_TIMER: 600 s).
