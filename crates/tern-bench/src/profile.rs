@@ -208,6 +208,31 @@ pub fn trace_mean_mbps(file: &Path) -> Option<f64> {
     (period > 0).then(|| times.len() as f64 * 1500.0 * 8.0 / period as f64 / 1e3)
 }
 
+/// The mean rate of a mahimahi trace over its first `secs` seconds (Mbit/s): what a run of
+/// that length that starts with the trace can be offered (the emulator plays a trace from its
+/// start for every protocol's run).
+pub fn trace_mbps_over(file: &Path, secs: f64) -> Option<f64> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let horizon = secs * 1e3;
+    let period = text
+        .lines()
+        .filter_map(|l| l.trim().parse::<f64>().ok())
+        .last()?;
+    if period <= 0.0 || secs <= 0.0 {
+        return None;
+    }
+    // The trace loops with its period.
+    let loops = (horizon / period).floor();
+    let count = |until: f64| {
+        text.lines()
+            .filter_map(|l| l.trim().parse::<f64>().ok())
+            .filter(|t| *t < until)
+            .count() as f64
+    };
+    let opportunities = loops * count(f64::INFINITY) + count(horizon - loops * period);
+    Some(opportunities * 1500.0 * 8.0 / (secs * 1e6))
+}
+
 impl Profile {
     /// The mean RTT with options applied.
     pub fn rtt(&self, o: &LinkOptions) -> f64 {

@@ -834,9 +834,10 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         "cc" => {
             let secs: u64 = if q { 10 } else { 20 };
             let per_size = o.count.unwrap_or(if q { 30 } else { 100 });
-            // What the link can carry toward the client (the bulk data's direction).
+            // What the link can carry toward the client (the bulk data's direction) while the
+            // transfer runs (a trace plays from its start for every protocol).
             let capacity = match &trace {
-                Some((_, down)) => crate::profile::trace_mean_mbps(down),
+                Some((_, down)) => crate::profile::trace_mbps_over(down, secs as f64),
                 None => profile.down_mbps,
             };
             settings["duration_s"] = json!(secs);
@@ -2049,7 +2050,12 @@ mod tests {
         traced.trace = Some("TMobile-LTE-short".into());
         let p = plan(&traced).unwrap();
         let cap = p.cases[0].params["capacity_mbps"].as_f64().unwrap();
-        assert!((cap - 16.70).abs() < 0.05, "{cap}");
+        let first_10s = crate::profile::trace_mbps_over(
+            &crate::profile::shipped_traces().join("TMobile-LTE-short.down"),
+            10.0,
+        )
+        .unwrap();
+        assert!((cap - first_10s).abs() < 1e-9, "{cap}");
         // --tern-cc narrows the list.
         let mut some = opts("cc", None);
         some.tern_cc = Some(vec!["newreno".into()]);
