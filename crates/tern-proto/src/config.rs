@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cc::{ControllerFactory, CubicConfig};
+use crate::cc::ControllerFactory;
 use crate::crypto::StaticKeypair;
 
 /// Flow and credit limits a side grants its peer.
@@ -39,7 +39,9 @@ impl Default for FlowConfig {
 pub struct ConnectionConfig {
     /// Flow-control limits granted to the peer.
     pub flows: FlowConfig,
-    /// The congestion controller for each path (DESIGN.md F10). CUBIC by default.
+    /// The congestion controller for each path (DESIGN.md F10). CUBIC with an initial window
+    /// of [`DEFAULT_INITIAL_WINDOW_PACKETS`](crate::cc::DEFAULT_INITIAL_WINDOW_PACKETS) by
+    /// default (`cc::Algorithm::Cubic`; why not Copa or BBR: docs/BENCHMARKS.md, `cc`).
     pub congestion: Arc<dyn ControllerFactory>,
     /// RTT assumed before the first sample (RFC 9002 uses 333 ms; the mobile edge is
     /// nearer, and a too-large value only slows the first retransmission).
@@ -138,7 +140,7 @@ impl Default for ConnectionConfig {
     fn default() -> Self {
         Self {
             flows: FlowConfig::default(),
-            congestion: Arc::new(CubicConfig::default()),
+            congestion: crate::cc::Algorithm::Cubic.factory(),
             initial_rtt: Duration::from_millis(100),
             idle_timeout: Duration::from_secs(30),
             keep_alive: None,

@@ -651,8 +651,12 @@ fn estimate_on_impaired_links() {
             100.0 * sorted.last().copied().unwrap_or(f64::NAN),
         );
         if loss > 0.0 {
-            // Losses never make the estimate wrong, at most absent.
-            assert!(errors.iter().all(|e| e.abs() <= 0.10), "{name}: {errors:?}");
+            // Losses never make the estimate too high: a packet lost inside the train can
+            // only widen a gap (the safe direction, one packet of eight: 12.5 % low).
+            assert!(
+                errors.iter().all(|e| (-0.15..=0.10).contains(e)),
+                "{name}: {errors:?}"
+            );
         }
     }
 }
