@@ -216,8 +216,8 @@ pub fn trace_mbps_over(file: &Path, secs: f64) -> Option<f64> {
     let horizon = secs * 1e3;
     let period = text
         .lines()
-        .filter_map(|l| l.trim().parse::<f64>().ok())
-        .last()?;
+        .rev()
+        .find_map(|l| l.trim().parse::<f64>().ok())?;
     if period <= 0.0 || secs <= 0.0 {
         return None;
     }

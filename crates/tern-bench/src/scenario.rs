@@ -216,6 +216,18 @@ impl Plan {
     }
 }
 
+/// The MAR study's request load: 30 Hz requests of the nine sizes, `per_size` each, 100-byte
+/// replies, then `drain_ms` for the last answers.
+fn mar_plan(per_size: u32, drain_ms: u64) -> RpcPlan {
+    RpcPlan {
+        sizes: MAR_SIZES.to_vec(),
+        per_size,
+        interval_ms: Some(1000.0 / 30.0),
+        reply: Some(MAR_REPLY),
+        drain_ms,
+    }
+}
+
 /// The names of every built-in tern controller.
 fn tern_proto_names() -> Vec<String> {
     tern::cc::Algorithm::ALL
@@ -399,13 +411,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
     match scenario {
         "mar" => {
             let per_size = o.count.unwrap_or(if q { 30 } else { 300 });
-            let plan = RpcPlan {
-                sizes: MAR_SIZES.to_vec(),
-                per_size,
-                interval_ms: Some(1000.0 / 30.0),
-                reply: Some(MAR_REPLY),
-                drain_ms: if q { 1_500 } else { 5_000 },
-            };
+            let plan = mar_plan(per_size, if q { 1_500 } else { 5_000 });
             let phase_s = f64::from(per_size) / 30.0 + plan.drain_ms as f64 / 1e3 + 2.0;
             settings["rpc"] = serde_json::to_value(&plan)?;
             for &loss in &losses {
@@ -863,13 +869,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             );
             bulk.timeout_s = secs as f64 + 30.0;
             cases.push(bulk);
-            let plan = RpcPlan {
-                sizes: MAR_SIZES.to_vec(),
-                per_size,
-                interval_ms: Some(1000.0 / 30.0),
-                reply: Some(MAR_REPLY),
-                drain_ms: if q { 1_500 } else { 3_000 },
-            };
+            let plan = mar_plan(per_size, if q { 1_500 } else { 3_000 });
             let phase_s = f64::from(per_size) / 30.0 + plan.drain_ms as f64 / 1e3 + 2.0;
             settings["rpc"] = serde_json::to_value(&plan)?;
             let mut mar = CaseDef::new(
