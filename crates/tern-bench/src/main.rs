@@ -78,6 +78,10 @@ enum Cmd {
         /// Extra tern-netem settings for every link direction, e.g. "queue=50ms".
         #[arg(long)]
         link: Option<String>,
+        /// MAR deadline in ms (mar, cc): a request answered within it is on time; the
+        /// on-time fraction counts every request sent (unanswered ones are late).
+        #[arg(long, value_name = "MS", default_value_t = tern_bench::scenario::DEFAULT_DEADLINE_MS)]
+        deadline: f64,
         /// Output directory.
         #[arg(long, default_value = "results")]
         out: PathBuf,
@@ -139,8 +143,13 @@ fn main() -> anyhow::Result<()> {
             seed,
             link,
             count,
+            deadline,
             out,
         } => {
+            anyhow::ensure!(
+                deadline.is_finite() && deadline > 0.0,
+                "--deadline takes a positive number of ms"
+            );
             let opts = RunOpts {
                 scenario,
                 profile,
@@ -156,6 +165,7 @@ fn main() -> anyhow::Result<()> {
                 seed,
                 link_extra: link,
                 count,
+                deadline_ms: deadline,
             };
             tern_bench::run(&opts, &out)?;
         }

@@ -370,6 +370,11 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                     ("rtt_p99_ms", "99th-percentile RTT (ms)", "rtt-p99"),
                     ("jitter_ms", "jitter: mean |ΔRTT| (ms)", "jitter"),
                     ("throughput_mbps", "throughput (Mbit/s)", "throughput"),
+                    (
+                        "on_time_pct",
+                        "answered within the deadline (% of sent)",
+                        "on-time",
+                    ),
                 ] {
                     let mut series = by_protocol(&rs, |r| r.num("size").map(|s| s / 1e3), metric);
                     if metric == "rtt_p50_ms" {

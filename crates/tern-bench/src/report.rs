@@ -20,6 +20,8 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("jitter_ms", "jitter ms", 1.0, 2),
             ("throughput_mbps", "Mbit/s", 1.0, 2),
             ("lost_pct", "lost %", 1.0, 1),
+            ("on_time_pct", "on time %", 1.0, 1),
+            ("on_time_size_mean_bytes", "on-time size kB", 1e-3, 1),
             ("p50_over_ideal", "p50/ideal", 1.0, 2),
             ("rtt_p99_vs_tcp", "p99/TCP", 1.0, 2),
         ],
@@ -117,6 +119,8 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("rtt_p99_vs_tcp", "p99/TCP", 1.0, 2),
             ("rtt_p99_vs_quic", "p99/quinn", 1.0, 2),
             ("lost_pct", "unanswered %", 1.0, 1),
+            ("on_time_pct", "MAR on time %", 1.0, 1),
+            ("on_time_size_mean_bytes", "on-time size kB", 1e-3, 1),
         ],
         _ => vec![],
     }
@@ -277,6 +281,14 @@ pub fn markdown(run: &RunFile) -> String {
     m += "\n";
     if run.scenario == "mar" {
         let sizes = [4_500.0, 26_100.0, 151_200.0];
+        let deadline = crate::plot::value_text(run.settings.get("deadline_ms"));
+        let deadline = if deadline.is_empty() {
+            crate::plot::value_text(Some(&serde_json::json!(
+                crate::scenario::DEFAULT_DEADLINE_MS
+            )))
+        } else {
+            deadline
+        };
         let mut losses: Vec<String> = rows
             .iter()
             .map(|r| crate::plot::value_text(r.params.get("loss")))
@@ -285,8 +297,8 @@ pub fn markdown(run: &RunFile) -> String {
         losses.sort();
         losses.dedup();
         for loss in losses {
-            let _ = writeln!(m, "Loss {loss} %: RTT in ms at request sizes 4.5 / 26.1 / 151.2 kB; jitter and lost % averaged over all 9 sizes; p99/TCP is the mean over sizes of the p99 ratio.\n");
-            m += "| protocol | p50 RTT | p99 RTT | std | jitter | lost % | p99/TCP |\n|---|---|---|---|---|---|---|\n";
+            let _ = writeln!(m, "Loss {loss} %: RTT in ms and on-time % (answered within {deadline} ms, of every request sent) at request sizes 4.5 / 26.1 / 151.2 kB; jitter and lost % averaged over all 9 sizes; on time (all) over every request of every size; p99/TCP is the mean over sizes of the p99 ratio.\n");
+            m += "| protocol | p50 RTT | p99 RTT | std | jitter | lost % | on time % | on time (all) % | p99/TCP |\n|---|---|---|---|---|---|---|---|---|\n";
             for p in run.protocols() {
                 let rs: Vec<&Row> = rows
                     .iter()
@@ -321,14 +333,25 @@ pub fn markdown(run: &RunFile) -> String {
                 } else {
                     p.clone()
                 };
+                // Every request of every size: the rows' fractions weighted by their counts.
+                let (mut sent, mut on_time) = (0.0, 0.0);
+                for r in &rs {
+                    if let (Some(n), Some(pct)) = (r.metric("n"), r.metric("on_time_pct")) {
+                        sent += n;
+                        on_time += n * pct;
+                    }
+                }
+                let all = (sent > 0.0).then(|| on_time / sent);
                 let _ = writeln!(
                     m,
-                    "| {name} | {} | {} | {} | {} | {} | {} |",
+                    "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     at("rtt_p50_ms"),
                     at("rtt_p99_ms"),
                     at("rtt_std_ms"),
                     avg("jitter_ms", 2),
                     avg("lost_pct", 1),
+                    at("on_time_pct"),
+                    fmt(all, 1.0, 1),
                     avg("rtt_p99_vs_tcp", 2)
                 );
             }

@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::profile::{self, LinkOptions, NetKind, Profile};
-use crate::results::{stats, Case, Row, RunFile, Skipped, TransferSample};
+use crate::results::{stats, Case, Row, RpcSample, RunFile, Skipped, TransferSample};
 use crate::spec::{FlowPlan, Proto, RpcPlan, TransferPlan, Work};
 
 /// Scenario names and one-line descriptions.
@@ -127,6 +127,52 @@ pub struct RunOpts {
     /// Requests per size (mar, echo-sizes) or flows per thread (short-flows), overriding
     /// the quick/full default.
     pub count: Option<u32>,
+    /// The deadline of a MAR request (`--deadline MS`): answered within it is on time
+    /// ([`on_time`]); mar and cc's MAR load.
+    pub deadline_ms: f64,
+}
+
+/// The MAR study's deadline (DESIGN.md §4): a frame answered more than 150 ms after it was
+/// due is useless to an augmented-reality client.
+pub const DEFAULT_DEADLINE_MS: f64 = 150.0;
+
+/// On-time delivery of requests: the fraction of every request sent (unanswered ones count
+/// as late) answered within `deadline_ms` of its scheduled send time (a reply exactly at the
+/// deadline is on time), and the mean size of the requests answered on time (what an
+/// adaptive encoder got through; NaN when none was). NaN fraction when nothing was sent.
+///
+/// The RTT statistics beside it count answered requests only; this counts the rest as
+/// failures, so a protocol cannot look good by giving up on its slow requests.
+pub fn on_time<'a>(
+    samples: impl IntoIterator<Item = &'a RpcSample>,
+    deadline_ms: f64,
+) -> (f64, f64) {
+    let (mut sent, mut on_time, mut bytes) = (0usize, 0usize, 0.0);
+    for s in samples {
+        sent += 1;
+        if s.rtt_ms.is_some_and(|r| r <= deadline_ms) {
+            on_time += 1;
+            bytes += f64::from(s.size);
+        }
+    }
+    if sent == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = if on_time == 0 {
+        f64::NAN
+    } else {
+        bytes / on_time as f64
+    };
+    (on_time as f64 / sent as f64, mean)
+}
+
+/// The deadline a run's results are judged against (files written before `--deadline`
+/// existed: the default).
+fn deadline_of(run: &RunFile) -> f64 {
+    run.settings
+        .get("deadline_ms")
+        .and_then(Value::as_f64)
+        .unwrap_or(DEFAULT_DEADLINE_MS)
 }
 
 /// One case: parameters, link, workload.
@@ -414,6 +460,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             let plan = mar_plan(per_size, if q { 1_500 } else { 5_000 });
             let phase_s = f64::from(per_size) / 30.0 + plan.drain_ms as f64 / 1e3 + 2.0;
             settings["rpc"] = serde_json::to_value(&plan)?;
+            settings["deadline_ms"] = json!(o.deadline_ms);
             for &loss in &losses {
                 cases.push(CaseDef {
                     params: params(&[("loss", json!(loss))]),
@@ -872,6 +919,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             let plan = mar_plan(per_size, if q { 1_500 } else { 3_000 });
             let phase_s = f64::from(per_size) / 30.0 + plan.drain_ms as f64 / 1e3 + 2.0;
             settings["rpc"] = serde_json::to_value(&plan)?;
+            settings["deadline_ms"] = json!(o.deadline_ms);
             let mut mar = CaseDef::new(
                 params(&[("load", json!("mar")), ("loss", json!(losses[0]))]),
                 link(losses[0], None),
@@ -958,6 +1006,7 @@ fn span_s(flows: &[crate::results::FlowSample]) -> f64 {
 pub fn summarize(run: &RunFile) -> Vec<Row> {
     let profile = profile::profile(&run.profile).ok();
     let traced = run.settings.get("trace").is_some_and(|t| !t.is_null());
+    let deadline = deadline_of(run);
     let mut rows = Vec::new();
     for case in &run.cases {
         let mut base = case.params.clone();
@@ -985,6 +1034,11 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                     m.insert("rtt_std_ms".into(), stats::std(&rtts));
                     m.insert("rtt_p99_ms".into(), stats::percentile(&rtts, 99.0));
                     m.insert("jitter_ms".into(), stats::pdv(&rtts));
+                    if run.scenario == "mar" {
+                        let (frac, size) = on_time(samples.iter().copied(), deadline);
+                        m.insert("on_time_pct".into(), 100.0 * frac);
+                        m.insert("on_time_size_mean_bytes".into(), size);
+                    }
                     let first = samples.iter().map(|s| s.t_ms).fold(f64::INFINITY, f64::min);
                     let last = samples
                         .iter()
@@ -1120,7 +1174,7 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
             "cc" => rows.push(Row {
                 protocol: case.protocol.clone(),
                 params: base,
-                metrics: controller_metrics(case),
+                metrics: controller_metrics(case, deadline),
             }),
             _ => {}
         }
@@ -1151,8 +1205,9 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
 ///   `queue_delay_p95_ms` (each packet's time in the emulator's queue on the data's way,
 ///   server → client);
 /// - `load=mar`: every request of every size together: `rtt_p50_ms`, `rtt_p99_ms`,
-///   `lost_pct` (not answered), and the queueing delay on the requests' way (client → server).
-fn controller_metrics(case: &Case) -> BTreeMap<String, f64> {
+///   `lost_pct` (not answered), `on_time_pct` and `on_time_size_mean_bytes` ([`on_time`]
+///   against `deadline_ms`), and the queueing delay on the requests' way (client → server).
+fn controller_metrics(case: &Case, deadline_ms: f64) -> BTreeMap<String, f64> {
     let bulk = case.params.get("load").and_then(Value::as_str) == Some("bulk");
     let mut m = if bulk {
         transfer_metrics(case)
@@ -1167,6 +1222,9 @@ fn controller_metrics(case: &Case) -> BTreeMap<String, f64> {
         );
         m.insert("rtt_p50_ms".into(), stats::median(&rtts));
         m.insert("rtt_p99_ms".into(), stats::percentile(&rtts, 99.0));
+        let (frac, size) = on_time(&case.rpc, deadline_ms);
+        m.insert("on_time_pct".into(), 100.0 * frac);
+        m.insert("on_time_size_mean_bytes".into(), size);
         m
     };
     if let (true, Some(goodput), Some(capacity)) = (
@@ -1427,6 +1485,7 @@ fn add_ratio(rows: &mut [Row], base: &str) {
             "goodput_mbps",
             "cpu_s_per_gb",
             "queue_delay_p95_ms",
+            "on_time_pct",
         ]
         .to_vec();
         if let Some((_, bm)) = keys.iter().find(|(k, _)| *k == p) {
@@ -1466,6 +1525,75 @@ mod tests {
         }
     }
 
+    fn rpc(seq: u32, size: u32, rtt_ms: Option<f64>) -> RpcSample {
+        RpcSample {
+            seq,
+            size,
+            reply: 100,
+            t_ms: f64::from(seq) * 33.3,
+            rtt_ms,
+        }
+    }
+
+    #[test]
+    fn on_time_counts_every_request_sent() {
+        let samples = [
+            rpc(0, 1_000, Some(20.0)),
+            rpc(1, 3_000, Some(150.0)), // exactly at the deadline: on time
+            rpc(2, 5_000, Some(150.001)), // answered late
+            rpc(3, 7_000, None),        // never answered: late
+        ];
+        let (frac, size) = on_time(&samples, 150.0);
+        assert!((frac - 0.5).abs() < 1e-12, "{frac}");
+        assert!((size - 2_000.0).abs() < 1e-9, "{size}");
+        // A longer deadline takes the late answer in, never the missing one.
+        let (frac, size) = on_time(&samples, 200.0);
+        assert!((frac - 0.75).abs() < 1e-12);
+        assert!((size - 3_000.0).abs() < 1e-9);
+        let (frac, size) = on_time(&samples[3..], 150.0);
+        assert_eq!(frac, 0.0);
+        assert!(size.is_nan(), "nothing on time: no size");
+        let (frac, _) = on_time(&[], 150.0);
+        assert!(frac.is_nan(), "nothing sent");
+    }
+
+    #[test]
+    fn mar_rows_carry_the_on_time_fraction_against_the_runs_deadline() {
+        let case = Case {
+            protocol: "tern-msg".into(),
+            params: params(&[("loss", json!(0.0))]),
+            rpc: vec![
+                rpc(0, 4_500, Some(40.0)),
+                rpc(1, 4_500, Some(120.0)),
+                rpc(2, 4_500, Some(400.0)),
+                rpc(3, 4_500, None),
+            ],
+            ..Case::default()
+        };
+        let mut run = run_file("mar", "lte", vec![case]);
+        let rows = summarize(&run);
+        let m = &rows[0].metrics;
+        assert_eq!(m["on_time_pct"], 50.0, "default deadline 150 ms");
+        assert_eq!(m["on_time_size_mean_bytes"], 4_500.0);
+        // RTT statistics still count answered requests only.
+        assert_eq!(m["lost_pct"], 25.0);
+        assert_eq!(m["rtt_p50_ms"], 120.0);
+        run.settings = json!({"deadline_ms": 100.0});
+        assert_eq!(summarize(&run)[0].metrics["on_time_pct"], 25.0);
+        let md = crate::report::markdown(&RunFile {
+            summary: summarize(&run),
+            ..run.clone()
+        });
+        assert!(md.contains("within 100 ms"), "{md}");
+        assert!(md.contains("| on time % | on time (all) % |"), "{md}");
+        // The plan records the deadline it was given.
+        let mut o = opts("mar", None);
+        o.deadline_ms = 80.0;
+        assert_eq!(plan(&o).unwrap().settings["deadline_ms"], json!(80.0));
+        let p = plan(&opts("cc", None)).unwrap();
+        assert_eq!(p.settings["deadline_ms"], json!(150.0));
+    }
+
     #[test]
     fn link_settings_make_distinct_file_names() {
         assert_eq!(link_slug("reorder=2%,5ms"), "reorder-2-5ms");
@@ -1489,6 +1617,7 @@ mod tests {
             seed: 7,
             link_extra: link.map(Into::into),
             count: None,
+            deadline_ms: DEFAULT_DEADLINE_MS,
         }
     }
 
@@ -2136,6 +2265,12 @@ mod tests {
         assert!((t["queue_delay_p95_vs_tcp-bbr"] - 0.25).abs() < 1e-9);
         let m = &rows[2].metrics;
         assert_eq!(m["lost_pct"], 1.0);
+        // RTTs 40..138 ms, one unanswered: 99 of 100 on time at 150 ms.
+        assert!((m["on_time_pct"] - 99.0).abs() < 1e-9);
+        assert!(
+            rows[3].metrics["on_time_pct"] == 0.0,
+            "TCP: 300 ms and more"
+        );
         assert!(m["rtt_p99_ms"] > 130.0 && m["rtt_p99_ms"] < 139.0);
         assert_eq!(m["queue_delay_p95_ms"], 6.0);
         assert!(m["rtt_p99_vs_tcp"] < 0.5);
