@@ -144,8 +144,21 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
                 continue;
             }
             pb.set_message(what.clone());
-            net.configure(cfg.as_ref())?;
-            let mut case = net.run_case(proto, def, tern_mode, plan.scenario);
+            // The router row: the same case with the bottlenecks as explicit-rate routers.
+            let routed = proto == Proto::Tern && plan.routed_modes.iter().any(|m| m == tern_mode);
+            if routed {
+                net.configure(plan.emulation_routed(def, opts.seed, true)?.as_ref())?;
+            } else {
+                net.configure(cfg.as_ref())?;
+            }
+            let mut case = if def.multi.is_some() {
+                net.run_flows(proto, def, tern_mode, plan.scenario)
+            } else {
+                net.run_case(proto, def, tern_mode, plan.scenario)
+            };
+            if routed {
+                case.protocol = scenario::ROUTER_ROW.into();
+            }
             case.params = def.params.clone();
             if let Some(e) = &case.error {
                 pb.println(format!("  {what}: {e}"));

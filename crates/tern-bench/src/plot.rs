@@ -42,6 +42,7 @@ pub fn colour(name: &str) -> RGBColor {
         n if n.starts_with("tern") && n.ends_with("-bbr") => RGBColor(140, 20, 20),
         n if n.starts_with("tern") && n.ends_with("-udt") => RGBColor(255, 187, 120),
         n if n.starts_with("tern") && n.ends_with("-copa") => RGBColor(227, 119, 194),
+        "tern-ncr" => RGBColor(120, 0, 60),
         // tern's message modes: the same hue, darker; with a deadline, pink.
         "tern-msg" => RGBColor(140, 20, 20),
         n if n.starts_with("tern-msg-") => RGBColor(227, 119, 194),
@@ -617,6 +618,72 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
             draw("mar-p99".into(), caption, &move |p| {
                 bar_chart(p, &t, "p99 RTT (ms)", &cats, &p99)
             });
+        }
+        "fairness" => {
+            // NC-TCP's figures: Jain's index over time, one line per row, per case; and the
+            // throughput–queueing-delay plane (better is up and to the left).
+            let mut names: Vec<String> = Vec::new();
+            for c in &run.cases {
+                let name = c
+                    .params
+                    .get("case")
+                    .map(|v| value_text(Some(v)))
+                    .unwrap_or_default();
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+            for name in names {
+                let series: Vec<Series> = run
+                    .cases
+                    .iter()
+                    .filter(|c| {
+                        c.params.get("case").map(|v| value_text(Some(v))) == Some(name.clone())
+                    })
+                    .map(|c| Series {
+                        name: c.protocol.clone(),
+                        points: crate::scenario::jain_over_time(c),
+                        reference: false,
+                    })
+                    .collect();
+                let caption = format!("Fairness, {prof}, {name}: Jain's index per second");
+                let t = caption.clone();
+                draw(
+                    format!("jain-{}", tag(&[name.clone()])),
+                    caption,
+                    &move |p| {
+                        line_chart(
+                            p,
+                            &t,
+                            ("time since the first flow started (s)", "Jain's index"),
+                            &series,
+                            (false, false),
+                        )
+                    },
+                );
+                let rs: Vec<&Row> = rows.iter().filter(|r| pval(r, "case") == name).collect();
+                let series =
+                    by_protocol(&rs, |r| r.metric("queue_delay_p95_ms"), "throughput_mbps");
+                let caption =
+                    format!("Fairness, {prof}, {name}: total throughput vs p95 queueing delay");
+                let t = caption.clone();
+                draw(
+                    format!("plane-{}", tag(&[name.clone()])),
+                    caption,
+                    &move |p| {
+                        line_chart(
+                        p,
+                        &t,
+                        (
+                            "95th-percentile queueing delay at the bottleneck (ms, log; better ←)",
+                            "throughput of the three flows (Mbit/s)",
+                        ),
+                        &series,
+                        (true, false),
+                    )
+                    },
+                );
+            }
         }
         "initwin" => {
             // PaUDT's curve: completion time against tern's initial window, per flow size,

@@ -22,6 +22,41 @@ pub enum NetKind {
     Dual,
     /// `c — r — s`, where `c` can move to another address (tern-netem's `mobile`).
     Mobile,
+    /// tern-netem's parking lot: two emulated bottlenecks `b1`, `b2` in a row, a long flow
+    /// `src0 → dst0` across both and one short flow per bottleneck (`fairness`).
+    ParkingLot,
+    /// Three senders `s1`–`s3`, each behind its own delay-only emulated access link
+    /// `a1`–`a3`, joining router `j`, then the shared emulated bottleneck `r` to the receiver
+    /// `c` (`fairness`, case `rtts`; [`rtts_topology`]).
+    Rtts,
+}
+
+/// The `rtts` topology, built here rather than as a tern-netem preset (it is the fairness
+/// scenario's alone): `c` 10.77.1.1 — `r` — `j` — `a1`/`a2`/`a3` — `s1` 10.77.4.1, `s2`
+/// 10.77.6.1, `s3` 10.77.8.1. Every emulated link's A side faces the receiver, so `up` is
+/// receiver → sender and `down` the data's way, as in `single`.
+pub fn rtts_topology() -> tern_netem::TopologySpec {
+    use std::net::Ipv4Addr;
+    use tern_netem::topology::Role;
+    let net = |subnet: u8, host: u8| Ipv4Addr::new(10, 77, subnet, host);
+    tern_netem::TopologySpec::new("rtts")
+        .node("c", Role::Host)
+        .node("r", Role::Emulator)
+        .node("j", Role::Router)
+        .node("a1", Role::Emulator)
+        .node("a2", Role::Emulator)
+        .node("a3", Role::Emulator)
+        .node("s1", Role::Host)
+        .node("s2", Role::Host)
+        .node("s3", Role::Host)
+        .wire("c", net(1, 1), "r", net(1, 2))
+        .wire("r", net(2, 2), "j", net(2, 1))
+        .wire("j", net(3, 1), "a1", net(3, 2))
+        .wire("a1", net(4, 2), "s1", net(4, 1))
+        .wire("j", net(5, 1), "a2", net(5, 2))
+        .wire("a2", net(6, 2), "s2", net(6, 1))
+        .wire("j", net(7, 1), "a3", net(7, 2))
+        .wire("a3", net(8, 2), "s3", net(8, 1))
 }
 
 /// A named link profile.
@@ -118,6 +153,24 @@ pub const PROFILES: &[Profile] = &[
         jitter_ms: 0.0,
         up_mbps: Some(20.0),
         down_mbps: Some(20.0),
+    },
+    Profile {
+        name: "ncvdn",
+        description: "NC-TCP's testbed: a 1 Mbit/s bottleneck, 140 ms RTT",
+        net: NetKind::Single,
+        rtt_ms: 140.0,
+        jitter_ms: 0.0,
+        up_mbps: Some(1.0),
+        down_mbps: Some(1.0),
+    },
+    Profile {
+        name: "parking-lot",
+        description: "Parking lot: two 660 kbit/s bottlenecks in a row, 35 ms each way each (the long flow's RTT 140 ms, the short flows' 70 ms), senders' access 1024 kbit/s",
+        net: NetKind::ParkingLot,
+        rtt_ms: 70.0,
+        jitter_ms: 0.0,
+        up_mbps: Some(0.66),
+        down_mbps: Some(0.66),
     },
     Profile {
         name: "loopback",

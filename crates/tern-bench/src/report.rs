@@ -122,6 +122,22 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("on_time_pct", "MAR on time %", 1.0, 1),
             ("on_time_size_mean_bytes", "on-time size kB", 1e-3, 1),
         ],
+        "fairness" => vec![
+            ("jain_mean", "Jain mean", 1.0, 3),
+            ("jain_min", "Jain min", 1.0, 3),
+            ("throughput_mbps", "total Mbit/s", 1.0, 3),
+            ("flow0_mbps", "flow 0", 1.0, 3),
+            ("flow1_mbps", "flow 1", 1.0, 3),
+            ("flow2_mbps", "flow 2", 1.0, 3),
+            ("utilisation_pct", "util %", 1.0, 1),
+            ("util_b1_pct", "util b1 %", 1.0, 1),
+            ("util_b2_pct", "util b2 %", 1.0, 1),
+            ("queue_delay_mean_ms", "qdelay mean ms", 1.0, 1),
+            ("queue_delay_p95_ms", "qdelay p95 ms", 1.0, 1),
+            ("qdelay_b1_p95_ms", "b1 p95 ms", 1.0, 1),
+            ("qdelay_b2_p95_ms", "b2 p95 ms", 1.0, 1),
+            ("flows_failed", "failed", 1.0, 0),
+        ],
         _ => vec![],
     }
 }

@@ -91,6 +91,9 @@ pub struct Case {
     /// The metered transfer (`multipath`, `handover`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer: Option<TransferSample>,
+    /// The concurrent flows of a `fairness` case, one per client agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fair_flows: Vec<FairFlowRun>,
     /// Network events the collector caused during the case (address changes, a path going
     /// dark), ms after the client agent started, with what happened.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -191,6 +194,34 @@ pub struct TransferSample {
     /// Times the client told the transport its address changed (quinn: rebind).
     #[serde(default)]
     pub rebinds: u32,
+}
+
+/// One of the concurrent backlogged flows of a `fairness` case: where it ran, when it
+/// started, and what its receiver metered.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FairFlowRun {
+    /// Flow number (0-based).
+    pub flow: u32,
+    /// The receiving client's node.
+    pub client: String,
+    /// The sending server's node.
+    pub server: String,
+    /// When its client was started, ms after the case's first client.
+    pub start_ms: f64,
+    /// How long it was asked to run.
+    pub duration_ms: u64,
+    /// Its path's round-trip propagation time (ms).
+    pub rtt_ms: f64,
+    /// The emulated bottlenecks its data crosses.
+    pub bottlenecks: Vec<String>,
+    /// Which direction of them the data crosses (`up` or `down`).
+    pub dir: String,
+    /// What the receiver metered (`None`: it gave no report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<TransferSample>,
+    /// Set if this flow failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A network event the collector caused.

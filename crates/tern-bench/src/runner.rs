@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Context};
 use tern_netem::{Direction, EmulationConfig, Topology, TopologySpec};
 
 use crate::profile::NetKind;
-use crate::results::{Case, CpuUse, EventRecord, LinkStat};
+use crate::results::{Case, CpuUse, EventRecord, FairFlowRun, LinkStat};
 use crate::scenario::{CaseDef, NetEvent};
 use crate::spec::{AgentSpec, ClientReport, FlowPlan, Proto, Ready, Role, Work};
 use crate::sysinfo;
@@ -31,6 +31,11 @@ pub struct Net {
     /// `--qlog DIR`: tern agents write their connections' qlog files under it.
     qlog: Option<PathBuf>,
 }
+
+/// The senders' access rate on the parking lot (DESIGN.md §3: 1024 kbit/s access links):
+/// a token bucket (`tc tbf`) on each sender's interface toward its junction. It is above the
+/// 660 kbit/s bottlenecks, so it only keeps a sender from bursting faster than its access.
+pub const PARKING_LOT_ACCESS_MBPS: f64 = 1.024;
 
 /// A started agent process, killed on drop.
 struct Agent {
@@ -84,16 +89,42 @@ impl Net {
         std::fs::create_dir_all(logs)?;
         let topo = match kind {
             NetKind::Loopback => None,
-            NetKind::Single | NetKind::Dual | NetKind::Mobile => {
+            _ => {
                 tern_netem::check_environment().map_err(|e| anyhow!("{e}"))?;
                 let spec = match kind {
                     NetKind::Single => TopologySpec::single(),
                     NetKind::Mobile => TopologySpec::mobile(),
+                    NetKind::ParkingLot => TopologySpec::parking_lot(),
+                    NetKind::Rtts => crate::profile::rtts_topology(),
                     _ => TopologySpec::dual(),
                 };
                 let topo =
                     Topology::build(&spec).map_err(|e| anyhow!("building the topology: {e}"))?;
-                for node in ["c", "s"] {
+                let hosts: Vec<String> = spec
+                    .nodes
+                    .iter()
+                    .filter(|n| n.role == tern_netem::topology::Role::Host)
+                    .map(|n| n.name.clone())
+                    .collect();
+                if kind == NetKind::ParkingLot {
+                    let rate = format!("{}kbit", (PARKING_LOT_ACCESS_MBPS * 1e3).round());
+                    for (node, dev) in [("src0", "to-j1"), ("src1", "to-j1"), ("src2", "to-j2")] {
+                        let out = topo
+                            .command(node, "tc")
+                            .map_err(|e| anyhow!("{e}"))?
+                            .args(["qdisc", "replace", "dev", dev, "root", "tbf", "rate"])
+                            .args([rate.as_str(), "burst", "4500", "latency", "100ms"])
+                            .output()
+                            .context("running tc")?;
+                        if !out.status.success() {
+                            bail!(
+                                "tc tbf on {node} {dev}: {}",
+                                String::from_utf8_lossy(&out.stderr).trim()
+                            );
+                        }
+                    }
+                }
+                for node in &hosts {
                     // The namespace default (used by MPTCP subflows if the per-socket name is
                     // refused); every socket names its controller anyway.
                     let ns = topo.ns(node).map_err(|e| anyhow!("{e}"))?;
@@ -253,6 +284,19 @@ impl Net {
         deadline_s: f64,
         tern_mode: &str,
     ) -> anyhow::Result<(Agent, Ready)> {
+        self.start_server_on("s", proto, path, deadline_s, tern_mode)
+    }
+
+    /// [`Net::start_server`] on `node` (the parking lot's and `rtts`' senders); a node other
+    /// than `s` listens on its first address.
+    fn start_server_on(
+        &mut self,
+        node: &str,
+        proto: Proto,
+        path: usize,
+        deadline_s: f64,
+        tern_mode: &str,
+    ) -> anyhow::Result<(Agent, Ready)> {
         // Kernel TCP/MPTCP servers listen on every address (MPTCP's extra subflow arrives at
         // the server's second address; background flows use both paths). UDP-based servers
         // bind the path's address so replies leave from the address the client talks to.
@@ -269,6 +313,8 @@ impl Net {
             || !advertise.is_empty()
         {
             IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else if node != "s" {
+            self.node_ip(node)?
         } else {
             self.server_ip(path)
         };
@@ -284,7 +330,7 @@ impl Net {
             local_ips: vec![],
             advertise,
         };
-        let mut agent = self.spawn("s", &spec, "server")?;
+        let mut agent = self.spawn(node, &spec, "server")?;
         let stdout = agent.child.stdout.take().context("no stdout")?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -305,7 +351,26 @@ impl Net {
         spec: &AgentSpec,
         tag: &str,
     ) -> anyhow::Result<(Agent, mpsc::Receiver<String>)> {
-        let mut agent = self.spawn("c", spec, tag)?;
+        self.start_client_on("c", spec, tag)
+    }
+
+    /// The first address of `node`.
+    fn node_ip(&self, node: &str) -> anyhow::Result<IpAddr> {
+        let t = self.topo.as_ref().context("no topology")?;
+        let addrs = t.addrs(node).map_err(|e| anyhow!("{e}"))?;
+        addrs
+            .first()
+            .map(|a| IpAddr::V4(*a))
+            .with_context(|| format!("{node} has no address"))
+    }
+
+    fn start_client_on(
+        &mut self,
+        node: &str,
+        spec: &AgentSpec,
+        tag: &str,
+    ) -> anyhow::Result<(Agent, mpsc::Receiver<String>)> {
+        let mut agent = self.spawn(node, spec, tag)?;
         let stdout = agent.child.stdout.take().context("no stdout")?;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -454,6 +519,138 @@ impl Net {
             case.udp_rcvbuf_errors = Some(by_ns.values().sum());
             case.udp_rcvbuf_errors_by_ns = by_ns;
         }
+        case.wall_s = started.elapsed().as_secs_f64();
+        case
+    }
+
+    /// Runs one protocol on a case of concurrent flows (`fairness`): a server per flow on its
+    /// sender's node, then each flow's client at its start time, each a time-bounded
+    /// backlogged transfer metered at the receiver; collects every report, then kills the
+    /// servers. Never fails: errors go into the case (and the flow).
+    pub fn run_flows(&mut self, proto: Proto, def: &CaseDef, tern_mode: &str, tag: &str) -> Case {
+        let started = Instant::now();
+        let protocol = match proto {
+            Proto::Tern => {
+                crate::proto::ternp::label_for(tern_mode).unwrap_or_else(|_| proto.name().into())
+            }
+            _ => proto.name().into(),
+        };
+        let mut case = Case {
+            protocol,
+            ..Case::default()
+        };
+        let r = (|| -> anyhow::Result<()> {
+            let multi = def.multi.as_ref().context("a case without flows")?;
+            let Work::Transfer(template) = &def.work else {
+                bail!("concurrent flows run transfers only");
+            };
+            let mut servers = Vec::new();
+            for f in &multi.flows {
+                let ip = self.node_ip(&f.server)?;
+                let (agent, ready) =
+                    self.start_server_on(&f.server, proto, 0, def.timeout_s + 30.0, tern_mode)?;
+                servers.push((agent, ready, ip));
+            }
+            let mut order: Vec<usize> = (0..multi.flows.len()).collect();
+            order.sort_by_key(|&i| multi.flows[i].start_ms);
+            let t0 = Instant::now();
+            let mut clients = Vec::new();
+            for i in order {
+                let f = &multi.flows[i];
+                std::thread::sleep(
+                    (t0 + Duration::from_millis(f.start_ms))
+                        .saturating_duration_since(Instant::now()),
+                );
+                let mut plan = template.clone();
+                plan.duration_ms = Some(f.duration_ms);
+                plan.timeout_ms = f.duration_ms + 20_000;
+                let (_, ready, ip) = &servers[i];
+                let spec = AgentSpec {
+                    proto,
+                    role: Role::Client,
+                    addr: SocketAddr::new(*ip, ready.addr.port()),
+                    bind: None,
+                    credential: ready.credential.clone(),
+                    work: Some(Work::Transfer(plan)),
+                    deadline_s: f.duration_ms as f64 / 1e3 + 25.0,
+                    tern_mode: tern_mode.into(),
+                    local_ips: vec![],
+                    advertise: vec![],
+                };
+                let start_ms = t0.elapsed().as_secs_f64() * 1e3;
+                let (agent, rx) =
+                    self.start_client_on(&f.client, &spec, &format!("{tag}-flow{i}"))?;
+                clients.push((i, start_ms, agent, rx));
+            }
+            let last_end = multi
+                .flows
+                .iter()
+                .map(|f| f.start_ms + f.duration_ms)
+                .max()
+                .unwrap_or(0);
+            let end = t0 + Duration::from_millis(last_end) + Duration::from_secs(20);
+            let mut runs = Vec::new();
+            let mut cpu = 0.0;
+            for (i, start_ms, mut agent, rx) in clients {
+                let f = &multi.flows[i];
+                let mut run = FairFlowRun {
+                    flow: i as u32,
+                    client: f.client.clone(),
+                    server: f.server.clone(),
+                    start_ms,
+                    duration_ms: f.duration_ms,
+                    rtt_ms: f.rtt_ms,
+                    bottlenecks: f.bottlenecks.clone(),
+                    dir: f.dir.into(),
+                    ..FairFlowRun::default()
+                };
+                let line = rx.recv_timeout(end.saturating_duration_since(Instant::now()));
+                agent.kill();
+                match line
+                    .ok()
+                    .filter(|l| !l.trim().is_empty())
+                    .map(|l| serde_json::from_str::<ClientReport>(l.trim()))
+                {
+                    Some(Ok(report)) => {
+                        run.transfer = report.transfer;
+                        run.error = report.error;
+                        cpu += report.cpu_s;
+                    }
+                    Some(Err(e)) => run.error = Some(format!("{proto} client report: {e}")),
+                    None => {
+                        run.error = Some(format!(
+                            "{proto} client gave no report: {}",
+                            agent.log_tail()
+                        ))
+                    }
+                }
+                runs.push(run);
+            }
+            let server_cpu: f64 = servers
+                .iter()
+                .filter_map(|(a, _, _)| proc_cpu_seconds(a.child.id()))
+                .sum();
+            for (mut a, _, _) in servers {
+                a.kill();
+            }
+            case.cpu = Some(CpuUse {
+                client_s: cpu,
+                server_s: Some(server_cpu),
+            });
+            let errors: Vec<String> = runs
+                .iter()
+                .filter_map(|r| r.error.as_ref().map(|e| format!("flow {}: {e}", r.flow)))
+                .collect();
+            if !errors.is_empty() {
+                case.error = Some(errors.join("; "));
+            }
+            case.fair_flows = runs;
+            Ok(())
+        })();
+        if let Err(e) = r {
+            case.error = Some(format!("{e:#}"));
+        }
+        case.links = self.link_stats();
         case.wall_s = started.elapsed().as_secs_f64();
         case
     }

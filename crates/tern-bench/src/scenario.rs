@@ -29,6 +29,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("handover", "SLTP/Viscous: a 100 MB transfer with a mobility event at 5 s (the client moves, a path goes dark, every address changes, a window-closed handover): bytes lost and the longest stall"),
     ("initwin", "PaUDT: tern's initial window of 8, 16, 32 and 64 packets: completion of 100 kB and 1 MB flows and the sender's RTT, against TCP (IW10)"),
     ("mss", "PaUDT: tern's packet size (MSS 1300, 1500, 9000 bytes): bulk goodput, CPU per byte and the round trip of small requests"),
+    ("fairness", "NC-TCP: 3 backlogged flows on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
     ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
 
@@ -201,6 +202,40 @@ pub struct CaseDef {
     /// The client binds the wildcard address (its source address follows its routes and
     /// moves with it) instead of the path's address.
     pub wildcard_client: bool,
+    /// Several concurrent flows instead of one client (`fairness`): `work` is then every
+    /// flow's transfer, with each flow's own duration.
+    pub multi: Option<MultiFlow>,
+    /// Another profile's links for this case (`fairness`' parking lot).
+    pub profile: Option<&'static Profile>,
+}
+
+/// Concurrent backlogged flows, each a client and a server agent of its own, sharing
+/// emulated bottlenecks (`fairness`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MultiFlow {
+    /// The flows.
+    pub flows: Vec<FairFlow>,
+    /// The emulated bottlenecks (where `router=ncr` goes for the router row).
+    pub bottlenecks: Vec<String>,
+}
+
+/// One flow of a [`MultiFlow`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct FairFlow {
+    /// The receiving client's node.
+    pub client: String,
+    /// The sending server's node.
+    pub server: String,
+    /// When it starts, ms after the first.
+    pub start_ms: u64,
+    /// How long it runs.
+    pub duration_ms: u64,
+    /// Its path's round-trip propagation time (ms).
+    pub rtt_ms: f64,
+    /// The bottlenecks its data crosses.
+    pub bottlenecks: Vec<String>,
+    /// Which direction of them the data crosses.
+    pub dir: &'static str,
 }
 
 impl CaseDef {
@@ -218,6 +253,8 @@ impl CaseDef {
             net,
             events: vec![],
             wildcard_client: false,
+            multi: None,
+            profile: None,
         }
     }
 }
@@ -241,6 +278,31 @@ pub struct Plan {
     pub skipped: Vec<Skipped>,
     /// How tern carries requests, one run of tern per mode (see `proto::ternp::TernMode`).
     pub tern_modes: Vec<String>,
+    /// tern modes that run with explicit-rate routers (`router=ncr` on every direction of
+    /// the case's bottlenecks), results row [`ROUTER_ROW`] (`fairness`).
+    pub routed_modes: Vec<String>,
+}
+
+/// The results row of tern with explicit-rate routers.
+pub const ROUTER_ROW: &str = "tern-ncr";
+
+/// The tern mode of the router row: the sender follows the rate the routers stamp.
+pub const ROUTER_MODE: &str = "flows:cc=explicit";
+
+/// The tern-netem setting that makes a bottleneck an explicit-rate router.
+pub const ROUTER_SETTING: &str = "router=ncr";
+
+/// Why the router row cannot run in this build (`None`: it can): the emulator or tern
+/// refuses `router=ncr` or `cc=explicit` until those branches are merged.
+pub fn router_unavailable() -> Option<String> {
+    let mut why = Vec::new();
+    if let Err(e) = tern_netem::DirectionConfig::default().apply(ROUTER_SETTING) {
+        why.push(format!("tern-netem refuses {ROUTER_SETTING}: {e}"));
+    }
+    if let Err(e) = crate::proto::ternp::TernMode::parse(ROUTER_MODE) {
+        why.push(format!("tern refuses {ROUTER_MODE}: {e}"));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
 }
 
 impl Plan {
@@ -252,13 +314,29 @@ impl Plan {
         def: &CaseDef,
         seed: u64,
     ) -> anyhow::Result<Option<tern_netem::EmulationConfig>> {
+        self.emulation_routed(def, seed, false)
+    }
+
+    /// [`Plan::emulation`], with `router` the case's bottlenecks as explicit-rate routers
+    /// (both directions).
+    pub fn emulation_routed(
+        &self,
+        def: &CaseDef,
+        seed: u64,
+        router: bool,
+    ) -> anyhow::Result<Option<tern_netem::EmulationConfig>> {
         let mut link = def.link.clone();
         let seed = format!("seed={seed}");
         link.extra = Some(match link.extra {
             Some(x) => format!("{seed} {x}"),
             None => seed,
         });
-        self.profile.emulation(&link)
+        if let (true, Some(m)) = (router, &def.multi) {
+            for b in &m.bottlenecks {
+                link.links.push((b.clone(), ROUTER_SETTING.into()));
+            }
+        }
+        def.profile.unwrap_or(self.profile).emulation(&link)
     }
 }
 
@@ -332,6 +410,7 @@ fn default_protocols(scenario: &str) -> Vec<Proto> {
         "multipath" => vec![Tern, Tcp, Mptcp],
         "handover" => vec![Tern, Mptcp, Quic, Tcp],
         "cc" => vec![Tern, Tcp, TcpBbr, Quic],
+        "fairness" => vec![Tern, Tcp, TcpBbr],
         "initwin" => vec![Tern, Tcp, Quic],
         "mss" => vec![Tern, Tcp],
         _ => vec![],
@@ -348,6 +427,7 @@ fn default_profile(scenario: &str) -> &'static str {
         "mss" => "loopback",
         "multipath" => "multipath",
         "handover" => "handover",
+        "fairness" => "ncvdn",
         _ => "lte",
     }
 }
@@ -378,6 +458,12 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         }
         (s, NetKind::Mobile) if s != "handover" => {
             bail!("{s} does not move the client; use a single-path profile")
+        }
+        ("fairness", n) if n != NetKind::Single => bail!(
+            "fairness needs a single-bottleneck profile (ncvdn); its parking-lot case uses the parking-lot profile by itself"
+        ),
+        (s, NetKind::ParkingLot | NetKind::Rtts) => {
+            bail!("{s} runs on one path between c and s; the parking lot is fairness' own")
         }
         _ => {}
     }
@@ -436,12 +522,34 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         (None, "cc") => Some(every_controller.as_slice()),
         (None, _) => None,
     };
-    let tern_modes = with_controllers(
+    let mut tern_modes = with_controllers(
         o.tern_mode
             .clone()
             .unwrap_or_else(|| default_tern_modes(scenario)),
         controllers,
     );
+    let mut routed_modes = Vec::new();
+    let mut skipped = Vec::new();
+    if scenario == "fairness" && o.tern_mode.is_none() && o.tern_cc.is_none() {
+        // The router row, then tern's end-host controllers (routers off); the quick form
+        // leaves out the two that add least (UDT's and NewReno's rate laws).
+        let ccs: &[&str] = if q {
+            &["cubic", "bbr", "copa"]
+        } else {
+            &["cubic", "bbr", "copa", "udt", "newreno"]
+        };
+        tern_modes = ccs.iter().map(|cc| format!("flows:cc={cc}")).collect();
+        match router_unavailable() {
+            None => {
+                tern_modes.insert(0, ROUTER_MODE.into());
+                routed_modes.push(ROUTER_MODE.to_string());
+            }
+            Some(reason) => skipped.push(Skipped {
+                protocol: ROUTER_ROW.into(),
+                reason,
+            }),
+        }
+    }
     for m in &tern_modes {
         crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
     }
@@ -474,6 +582,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     net: profile.net,
                     events: vec![],
                     wildcard_client: false,
+                    multi: None,
+                    profile: None,
                 });
             }
         }
@@ -528,6 +638,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                             net: profile.net,
                             events: vec![],
                             wildcard_client: false,
+                            multi: None,
+                            profile: None,
                         });
                     }
                 }
@@ -559,6 +671,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     net: profile.net,
                     events: vec![],
                     wildcard_client: false,
+                    multi: None,
+                    profile: None,
                 });
             }
         }
@@ -582,6 +696,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     net: profile.net,
                     events: vec![],
                     wildcard_client: false,
+                    multi: None,
+                    profile: None,
                 });
             }
         }
@@ -605,6 +721,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     net: profile.net,
                     events: vec![],
                     wildcard_client: false,
+                    multi: None,
+                    profile: None,
                 });
             }
         }
@@ -637,6 +755,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     net: profile.net,
                     events: vec![],
                     wildcard_client: false,
+                    multi: None,
+                    profile: None,
                 });
             }
         }
@@ -929,6 +1049,11 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             mar.timeout_s = phase_s * MAR_SIZES.len() as f64 + 20.0;
             cases.push(mar);
         }
+        "fairness" => {
+            let f = fairness_cases(q, &link(losses[0], None), profile)?;
+            settings["fairness"] = f.1;
+            cases.extend(f.0);
+        }
         _ => unreachable!(),
     }
     let wanted = o
@@ -936,7 +1061,6 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         .clone()
         .unwrap_or_else(|| default_protocols(scenario));
     let mut protocols = Vec::new();
-    let mut skipped = Vec::new();
     for p in wanted {
         let why = p.unavailable().or_else(|| match (p, scenario) {
             (Proto::Udp | Proto::Rtp, "short-flows" | "long-flow" | "startup") => {
@@ -945,9 +1069,13 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             (Proto::Udp | Proto::Rtp, "multipath" | "handover") => {
                 Some("unreliable: a transfer needs retransmission".into())
             }
-            (Proto::Udt | Proto::Srt, "multipath" | "handover") => {
+            (Proto::Udt | Proto::Srt, "multipath" | "handover" | "fairness") => {
                 Some("the C shims have no metered transfer".into())
             }
+            (Proto::Udp | Proto::Rtp, "fairness") => {
+                Some("unreliable: a backlogged flow needs retransmission".into())
+            }
+            (Proto::Mptcp, "fairness") => Some("the fairness topologies have one path".into()),
             (Proto::Rtp, "bulk") => Some("RTP runs request/response workloads only".into()),
             _ => None,
         });
@@ -968,7 +1096,310 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         settings,
         skipped,
         tern_modes,
+        routed_modes,
     })
+}
+
+/// The `fairness` cases (NC-TCP's experiments) and the settings that describe them.
+///
+/// - `together`: three flows start at once on the profile's link (`ncvdn`: 1 Mbit/s,
+///   140 ms);
+/// - `staggered`: they start 15 s apart (quick: 4 s) and all stop together, the last one
+///   after 30 s (quick: 8 s) of its own;
+/// - `rtts`: RTTs of 80, 100 and 120 ms (each sender behind its own delay-only access link)
+///   through one bottleneck of the profile's rate;
+/// - `parking-lot`: the `parking-lot` profile (two 660 kbit/s bottlenecks): the long flow
+///   across both, one short flow across each.
+///
+/// Every flow is a backlogged transfer (server → client) metered at its receiver in 100 ms
+/// bins. Full: 60 s per case; quick: 12 s (16 s staggered).
+fn fairness_cases(
+    q: bool,
+    base: &LinkOptions,
+    profile: &'static Profile,
+) -> anyhow::Result<(Vec<CaseDef>, Value)> {
+    let secs: u64 = if q { 12 } else { 60 };
+    let (gap, last): (u64, u64) = if q { (4, 8) } else { (15, 30) };
+    let warmup_s: u64 = if q { 4 } else { 10 };
+    let rate = profile.down_mbps.unwrap_or(1.0);
+    let rtt = profile.rtt_ms;
+    let transfer = |bin_ms| {
+        Work::Transfer(TransferPlan {
+            size: u64::MAX,
+            duration_ms: None,
+            timeout_ms: 0,
+            multipath: false,
+            window_ms: None,
+            follow_address: false,
+            resume_after_ms: None,
+            bin_ms,
+            event_at_ms: None,
+        })
+    };
+    let flow =
+        |client: &str, server: &str, start_s: u64, run_s: u64, rtt_ms: f64, links: &[&str], dir| {
+            FairFlow {
+                client: client.into(),
+                server: server.into(),
+                start_ms: start_s * 1000,
+                duration_ms: run_s * 1000,
+                rtt_ms,
+                bottlenecks: links.iter().map(|l| l.to_string()).collect(),
+                dir,
+            }
+        };
+    let mut cases = Vec::new();
+    let mut add = |name: &str,
+                   net: NetKind,
+                   flows: Vec<FairFlow>,
+                   bottlenecks: &[&str],
+                   capacity: f64,
+                   links: Vec<(String, String)>,
+                   prof: Option<&'static Profile>| {
+        let end_s = flows
+            .iter()
+            .map(|f| (f.start_ms + f.duration_ms) / 1000)
+            .max()
+            .unwrap_or(0);
+        let mut lo = base.clone();
+        lo.links = links;
+        let mut def = CaseDef::new(
+            params(&[
+                ("case", json!(name)),
+                ("capacity_mbps", json!(capacity)),
+                ("warmup_s", json!(warmup_s)),
+            ]),
+            lo,
+            transfer(100),
+            net,
+        );
+        def.multi = Some(MultiFlow {
+            flows,
+            bottlenecks: bottlenecks.iter().map(|b| b.to_string()).collect(),
+        });
+        def.profile = prof;
+        def.timeout_s = end_s as f64 + 30.0;
+        cases.push(def);
+    };
+    let r = ["r"];
+    add(
+        "together",
+        NetKind::Single,
+        (0..3)
+            .map(|_| flow("c", "s", 0, secs, rtt, &r, "down"))
+            .collect(),
+        &r,
+        rate,
+        vec![],
+        None,
+    );
+    add(
+        "staggered",
+        NetKind::Single,
+        (0..3)
+            .map(|i| flow("c", "s", i * gap, (2 - i) * gap + last, rtt, &r, "down"))
+            .collect(),
+        &r,
+        rate,
+        vec![],
+        None,
+    );
+    // The bottleneck keeps its rate and queue but no delay; each access link has the
+    // flow's whole delay and no rate limit.
+    let rtts = [80.0, 100.0, 120.0];
+    let mut links = vec![("r".to_string(), "delay=0ms".to_string())];
+    let mut flows = Vec::new();
+    for (i, rt) in rtts.iter().enumerate() {
+        let a = format!("a{}", i + 1);
+        links.push((a, format!("delay={}ms rate=unlimited", rt / 2.0)));
+        flows.push(flow("c", &format!("s{}", i + 1), 0, secs, *rt, &r, "down"));
+    }
+    add("rtts", NetKind::Rtts, flows, &r, rate, links, None);
+    let lot = profile::profile("parking-lot")?;
+    let one_way = lot.rtt_ms / 2.0;
+    let b = ["b1", "b2"];
+    add(
+        "parking-lot",
+        NetKind::ParkingLot,
+        vec![
+            flow("dst0", "src0", 0, secs, 4.0 * one_way, &b, "up"),
+            flow("dst1", "src1", 0, secs, 2.0 * one_way, &b[..1], "up"),
+            flow("dst2", "src2", 0, secs, 2.0 * one_way, &b[1..], "up"),
+        ],
+        &b,
+        lot.up_mbps.unwrap_or(0.66),
+        vec![],
+        Some(lot),
+    );
+    let settings = json!({
+        "duration_s": secs,
+        "staggered_gap_s": gap,
+        "staggered_last_s": last,
+        "warmup_s": warmup_s,
+        "rtts_ms": rtts,
+        "parking_lot_access_mbps": crate::runner::PARKING_LOT_ACCESS_MBPS,
+    });
+    Ok((cases, settings))
+}
+
+/// Per-second delivery of each flow of a `fairness` case on one timeline (seconds since the
+/// first client started; a flow's 100 ms bins are placed by its own start), and which flows
+/// were scheduled to run through the whole of each second.
+pub fn fair_seconds(case: &Case) -> (Vec<Vec<f64>>, Vec<Vec<bool>>) {
+    let end_s = case
+        .fair_flows
+        .iter()
+        .map(|f| ((f.start_ms + f.duration_ms as f64) / 1e3).ceil() as usize)
+        .max()
+        .unwrap_or(0);
+    let mut bytes = vec![vec![0.0; end_s]; case.fair_flows.len()];
+    let mut active = vec![vec![false; end_s]; case.fair_flows.len()];
+    for (i, f) in case.fair_flows.iter().enumerate() {
+        let (from, to) = (f.start_ms / 1e3, (f.start_ms + f.duration_ms as f64) / 1e3);
+        for (k, a) in active[i].iter_mut().enumerate() {
+            *a = k as f64 >= from && (k + 1) as f64 <= to;
+        }
+        let Some(t) = &f.transfer else { continue };
+        let bin = t.bin_ms.max(1) as f64;
+        for (j, b) in t.bins.iter().enumerate() {
+            // The bin's middle, on the case's timeline.
+            let at = (f.start_ms + (j as f64 + 0.5) * bin) / 1e3;
+            if let Some(slot) = bytes[i].get_mut(at as usize) {
+                *slot += *b as f64;
+            }
+        }
+    }
+    (bytes, active)
+}
+
+/// Jain's fairness index of `x`: (Σx)² / (n Σx²); 1 when all are equal, 1/n when one has
+/// everything. NaN for no values or all zero.
+pub fn jain(x: &[f64]) -> f64 {
+    let sum: f64 = x.iter().sum();
+    let sq: f64 = x.iter().map(|v| v * v).sum();
+    if x.is_empty() || sq <= 0.0 {
+        return f64::NAN;
+    }
+    sum * sum / (x.len() as f64 * sq)
+}
+
+/// Jain's index per second over the flows scheduled to run through that second: `(second,
+/// index)` for every second with at least two such flows.
+pub fn jain_over_time(case: &Case) -> Vec<(f64, f64)> {
+    let (bytes, active) = fair_seconds(case);
+    let secs = bytes.first().map_or(0, Vec::len);
+    (0..secs)
+        .filter_map(|k| {
+            let x: Vec<f64> = (0..bytes.len())
+                .filter(|&i| active[i][k])
+                .map(|i| bytes[i][k])
+                .collect();
+            (x.len() >= 2).then(|| (k as f64, jain(&x)))
+        })
+        .filter(|(_, j)| j.is_finite())
+        .collect()
+}
+
+/// The metrics of a `fairness` case. The steady part runs from `warmup_s` after the last
+/// flow started to the first flow's end.
+///
+/// - `jain_mean`, `jain_min`: Jain's index of the per-second throughputs over the steady
+///   part (a second where every flow delivered nothing gives no index);
+/// - `flow<i>_mbps`: each flow's goodput over the steady part; `throughput_mbps` their sum;
+/// - `util_<link>_pct`: the goodput of the flows that cross each bottleneck over its rate
+///   (`capacity_mbps`), steady part; `utilisation_pct` the mean over bottlenecks;
+/// - `qdelay_<link>_mean_ms`, `qdelay_<link>_p95_ms`: the time packets spent in each
+///   bottleneck's queue on the data's way (whole run); `queue_delay_mean_ms` and
+///   `queue_delay_p95_ms` the largest over bottlenecks;
+/// - `flows_failed`: flows that gave no report or an error.
+fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
+    let mut m = BTreeMap::new();
+    let flows = &case.fair_flows;
+    if flows.is_empty() {
+        m.insert("flows_failed".into(), 1.0);
+        return m;
+    }
+    let warm = case
+        .params
+        .get("warmup_s")
+        .and_then(Value::as_f64)
+        .unwrap_or(0.0);
+    let from = (flows.iter().map(|f| f.start_ms).fold(0.0, f64::max) / 1e3 + warm).ceil();
+    let to = flows
+        .iter()
+        .map(|f| (f.start_ms + f.duration_ms as f64) / 1e3)
+        .fold(f64::INFINITY, f64::min)
+        .floor();
+    let jains: Vec<f64> = jain_over_time(case)
+        .into_iter()
+        .filter(|(t, _)| *t >= from && *t + 1.0 <= to)
+        .map(|p| p.1)
+        .collect();
+    m.insert("jain_mean".into(), stats::mean(&jains));
+    m.insert(
+        "jain_min".into(),
+        jains.iter().copied().fold(f64::NAN, f64::min),
+    );
+    let (bytes, _) = fair_seconds(case);
+    let steady_s = (to - from).max(0.0);
+    let mbps: Vec<f64> = bytes
+        .iter()
+        .map(|b| {
+            let sum: f64 = b
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| *k as f64 >= from && (*k + 1) as f64 <= to)
+                .map(|p| p.1)
+                .sum();
+            sum * 8.0 / steady_s / 1e6
+        })
+        .collect();
+    for (i, v) in mbps.iter().enumerate() {
+        m.insert(format!("flow{i}_mbps"), *v);
+    }
+    m.insert("throughput_mbps".into(), mbps.iter().sum());
+    let failed = flows
+        .iter()
+        .filter(|f| f.transfer.is_none() || f.error.is_some())
+        .count();
+    m.insert("flows_failed".into(), failed as f64);
+    let capacity = case
+        .params
+        .get("capacity_mbps")
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN);
+    let mut links: Vec<&String> = flows.iter().flat_map(|f| &f.bottlenecks).collect();
+    links.sort();
+    links.dedup();
+    let (mut utils, mut means, mut p95s) = (Vec::new(), Vec::new(), Vec::new());
+    for link in links {
+        let through: f64 = flows
+            .iter()
+            .zip(&mbps)
+            .filter(|(f, _)| f.bottlenecks.contains(link))
+            .map(|p| p.1)
+            .sum();
+        let util = 100.0 * through / capacity;
+        m.insert(format!("util_{link}_pct"), util);
+        utils.push(util);
+        let dir = flows
+            .iter()
+            .find(|f| f.bottlenecks.contains(link))
+            .map_or("down", |f| f.dir.as_str());
+        if let Some(l) = case.links.iter().find(|l| &l.link == link && l.dir == dir) {
+            if let (Some(mean), Some(p95)) = (l.queue_delay_mean_ms, l.queue_delay_p95_ms) {
+                m.insert(format!("qdelay_{link}_mean_ms"), mean);
+                m.insert(format!("qdelay_{link}_p95_ms"), p95);
+                means.push(mean);
+                p95s.push(p95);
+            }
+        }
+    }
+    m.insert("utilisation_pct".into(), stats::mean(&utils));
+    let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
+    m.insert("queue_delay_mean_ms".into(), max(&means));
+    m.insert("queue_delay_p95_ms".into(), max(&p95s));
+    m
 }
 
 fn link_options_of(case: &Case) -> LinkOptions {
@@ -1176,12 +1607,21 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                 params: base,
                 metrics: controller_metrics(case, deadline),
             }),
+            "fairness" => {
+                base.remove("capacity_mbps");
+                base.remove("warmup_s");
+                rows.push(Row {
+                    protocol: case.protocol.clone(),
+                    params: base,
+                    metrics: fairness_metrics(case),
+                })
+            }
             _ => {}
         }
     }
     match run.scenario.as_str() {
         "multipath" => multipath_ratios(&mut rows),
-        "handover" => {}
+        "handover" | "fairness" => {}
         // The goal is stated against BBR (throughput, delay) and TCP and quinn (MAR p99).
         "cc" => {
             for base in ["tcp", "tcp-bbr", "quic"] {
@@ -1458,6 +1898,11 @@ pub fn headline(scenario: &str) -> Vec<(&'static str, &'static str)> {
             ("queue_delay_p95_ms", "qdelay95"),
             ("rtt_p99_ms", "p99"),
         ],
+        "fairness" => vec![
+            ("jain_mean", "jain"),
+            ("utilisation_pct", "util"),
+            ("queue_delay_mean_ms", "qdelay"),
+        ],
         _ => vec![],
     }
 }
@@ -1592,6 +2037,184 @@ mod tests {
         assert_eq!(plan(&o).unwrap().settings["deadline_ms"], json!(80.0));
         let p = plan(&opts("cc", None)).unwrap();
         assert_eq!(p.settings["deadline_ms"], json!(150.0));
+    }
+
+    #[test]
+    fn jain_is_one_for_equal_shares_and_one_over_n_for_a_hog() {
+        assert!((jain(&[1.0, 1.0, 1.0]) - 1.0).abs() < 1e-12);
+        assert!((jain(&[3.0, 0.0, 0.0]) - 1.0 / 3.0).abs() < 1e-12);
+        assert!((jain(&[1.0, 2.0]) - 0.9).abs() < 1e-12);
+        assert!(jain(&[]).is_nan() && jain(&[0.0, 0.0]).is_nan());
+    }
+
+    #[test]
+    fn fairness_plans_four_cases_and_skips_the_router_row_until_it_exists() {
+        let mut o = opts("fairness", None);
+        o.protocols = None;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.profile.name, "ncvdn");
+        assert_eq!(p.protocols, [Proto::Tern, Proto::Tcp, Proto::TcpBbr]);
+        let names: Vec<String> = p.cases.iter().map(|c| pval_of(&c.params, "case")).collect();
+        assert_eq!(names, ["together", "staggered", "rtts", "parking-lot"]);
+        match router_unavailable() {
+            Some(why) => {
+                assert!(p.routed_modes.is_empty());
+                assert!(p
+                    .skipped
+                    .iter()
+                    .any(|s| s.protocol == ROUTER_ROW && s.reason == why));
+                assert_eq!(
+                    p.tern_modes,
+                    ["flows:cc=cubic", "flows:cc=bbr", "flows:cc=copa"]
+                );
+            }
+            None => {
+                assert_eq!(p.routed_modes, [ROUTER_MODE]);
+                assert_eq!(p.tern_modes[0], ROUTER_MODE);
+            }
+        }
+        let flows = |i: usize| p.cases[i].multi.clone().unwrap().flows;
+        // Staggered: 4 s apart (quick), all ending together.
+        let st = flows(1);
+        assert_eq!(
+            st.iter()
+                .map(|f| (f.start_ms, f.start_ms + f.duration_ms))
+                .collect::<Vec<_>>(),
+            [(0, 16_000), (4_000, 16_000), (8_000, 16_000)]
+        );
+        // rtts: the shared bottleneck without delay, each access link the flow's RTT.
+        use std::time::Duration;
+        use tern_netem::RateModel;
+        let cfg = p.emulation(&p.cases[2], 7).unwrap().unwrap();
+        assert_eq!(cfg.links["r"].down.delay, Duration::ZERO);
+        assert!(matches!(
+            cfg.links["r"].down.rate,
+            RateModel::Constant(1_000_000)
+        ));
+        assert_eq!(cfg.links["a1"].down.delay, Duration::from_millis(40));
+        assert_eq!(cfg.links["a3"].up.delay, Duration::from_millis(60));
+        assert!(matches!(cfg.links["a2"].down.rate, RateModel::Unlimited));
+        assert_eq!(
+            flows(2)
+                .iter()
+                .map(|f| f.server.as_str())
+                .collect::<Vec<_>>(),
+            ["s1", "s2", "s3"]
+        );
+        // Parking lot: its own profile's 660 kbit/s, the long flow across both bottlenecks.
+        let cfg = p.emulation(&p.cases[3], 7).unwrap().unwrap();
+        assert!(matches!(cfg.default.up.rate, RateModel::Constant(660_000)));
+        assert_eq!(cfg.default.up.delay, Duration::from_millis(35));
+        let lot = flows(3);
+        assert_eq!(lot[0].bottlenecks, ["b1", "b2"]);
+        assert_eq!(lot[1].bottlenecks, ["b1"]);
+        assert_eq!(lot[2].bottlenecks, ["b2"]);
+        assert!(lot.iter().all(|f| f.dir == "up"));
+        assert_eq!(p.cases[3].params["capacity_mbps"], json!(0.66));
+        // The router row's emulation names the setting on every bottleneck direction (it
+        // fails to parse until tern-netem knows it).
+        let routed = p.emulation_routed(&p.cases[3], 7, true);
+        assert_eq!(routed.is_err(), router_unavailable().is_some());
+        // Only a single-bottleneck profile; other scenarios refuse the parking lot.
+        o.profile = Some("parking-lot".into());
+        assert!(plan(&o).is_err());
+        let mut mar = opts("mar", None);
+        mar.profile = Some("parking-lot".into());
+        assert!(plan(&mar).is_err());
+    }
+
+    /// A fairness flow that delivered `rate` bytes per 100 ms bin from its start.
+    fn fair_flow(
+        flow: u32,
+        start_ms: f64,
+        duration_ms: u64,
+        rate: u64,
+        links: &[&str],
+    ) -> crate::results::FairFlowRun {
+        crate::results::FairFlowRun {
+            flow,
+            client: "c".into(),
+            server: "s".into(),
+            start_ms,
+            duration_ms,
+            rtt_ms: 140.0,
+            bottlenecks: links.iter().map(|l| l.to_string()).collect(),
+            dir: "down".into(),
+            transfer: Some(TransferSample {
+                bin_ms: 100,
+                bins: vec![rate; (duration_ms / 100) as usize],
+                ..TransferSample::default()
+            }),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn fairness_rows_carry_jain_throughput_utilisation_and_queueing_delay() {
+        let link = |name: &str, dir: &str, mean, p95| crate::results::LinkStat {
+            link: name.into(),
+            dir: dir.into(),
+            offered: 0,
+            delivered_bytes: 0,
+            dropped_queue: 0,
+            dropped_loss: 0,
+            dropped_outage: 0,
+            queue_max_bytes: 0,
+            queue_delay_mean_ms: Some(mean),
+            queue_delay_p95_ms: Some(p95),
+        };
+        // Two flows of 10 kB/100 ms (0.8 Mbit/s) and one of 2.5 kB (0.2), 10 s, 1 Mbit/s
+        // link... over capacity on purpose: the figures are what was delivered.
+        let case = Case {
+            protocol: "tcp".into(),
+            params: params(&[
+                ("case", json!("together")),
+                ("capacity_mbps", json!(2.0)),
+                ("warmup_s", json!(2)),
+            ]),
+            fair_flows: vec![
+                fair_flow(0, 0.0, 10_000, 10_000, &["r"]),
+                fair_flow(1, 0.0, 10_000, 10_000, &["r"]),
+                fair_flow(2, 0.0, 10_000, 2_500, &["r"]),
+            ],
+            links: vec![link("r", "down", 30.0, 90.0), link("r", "up", 1.0, 2.0)],
+            ..Case::default()
+        };
+        let over_time = jain_over_time(&case);
+        assert_eq!(over_time.len(), 10);
+        let want = jain(&[0.8, 0.8, 0.2]);
+        assert!(over_time.iter().all(|(_, j)| (j - want).abs() < 1e-9));
+        let rows = summarize(&run_file("fairness", "ncvdn", vec![case.clone()]));
+        let m = &rows[0].metrics;
+        assert!((m["jain_mean"] - want).abs() < 1e-9 && (m["jain_min"] - want).abs() < 1e-9);
+        assert!((m["flow0_mbps"] - 0.8).abs() < 1e-9);
+        assert!((m["flow2_mbps"] - 0.2).abs() < 1e-9);
+        assert!((m["throughput_mbps"] - 1.8).abs() < 1e-9);
+        assert!((m["util_r_pct"] - 90.0).abs() < 1e-9);
+        assert_eq!(m["qdelay_r_p95_ms"], 90.0, "the data's direction");
+        assert_eq!(m["queue_delay_mean_ms"], 30.0);
+        assert_eq!(m["flows_failed"], 0.0);
+        assert!(!rows[0].params.contains_key("warmup_s"));
+        // Staggered: flows join at 2 s and 4 s; one alone gives no index; the steady part
+        // starts 2 s (the warm-up) after the last start.
+        let mut st = case.clone();
+        st.fair_flows = vec![
+            fair_flow(0, 0.0, 10_000, 10_000, &["r"]),
+            fair_flow(1, 2_000.0, 8_000, 10_000, &["r"]),
+            fair_flow(2, 4_000.0, 6_000, 5_000, &["r"]),
+        ];
+        let t = jain_over_time(&st);
+        assert_eq!(t.first().map(|p| p.0), Some(2.0), "two flows from 2 s");
+        assert!((t[0].1 - 1.0).abs() < 1e-9);
+        let m = &summarize(&run_file("fairness", "ncvdn", vec![st]))[0].metrics;
+        assert!((m["jain_mean"] - jain(&[2.0, 2.0, 1.0])).abs() < 1e-9);
+        // A flow that never reported counts as failed and as a zero share.
+        let mut lost = case;
+        lost.fair_flows[2].transfer = None;
+        lost.fair_flows[2].error = Some("no report".into());
+        let m = &summarize(&run_file("fairness", "ncvdn", vec![lost]))[0].metrics;
+        assert_eq!(m["flows_failed"], 1.0);
+        assert!((m["jain_mean"] - jain(&[1.0, 1.0, 0.0])).abs() < 1e-9);
     }
 
     #[test]

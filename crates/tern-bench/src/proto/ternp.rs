@@ -22,6 +22,20 @@ use tern::MessageOptions;
 use super::mux::{serve_stream, Mux};
 use crate::spec::payload;
 
+/// The rate a video source on this connection should encode at, bytes per second (`None`:
+/// no estimate yet) — the one place the `fairness` video workload asks tern for its rate, so
+/// that it can switch to `Connection::target_rate()` (the explicit-rate sender) by changing
+/// this function alone. For now: the primary path's pacing rate, or its congestion window
+/// over the smoothed RTT when the controller does not pace.
+pub fn tern_rate_hint(conn: &tern::Connection) -> Option<u64> {
+    let s = conn.stats();
+    if s.pacing_rate > 0 {
+        return Some(s.pacing_rate);
+    }
+    let rtt = s.rtt.as_secs_f64();
+    (s.cwnd > 0 && rtt > 0.0).then(|| (s.cwnd as f64 / rtt) as u64)
+}
+
 /// How the client carries requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TernMode {
