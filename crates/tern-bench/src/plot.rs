@@ -649,7 +649,7 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                 let caption = format!("Fairness, {prof}, {name}: Jain's index per second");
                 let t = caption.clone();
                 draw(
-                    format!("jain-{}", tag(&[name.clone()])),
+                    format!("jain-{}", tag(std::slice::from_ref(&name))),
                     caption,
                     &move |p| {
                         line_chart(
@@ -668,7 +668,7 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                     format!("Fairness, {prof}, {name}: total throughput vs p95 queueing delay");
                 let t = caption.clone();
                 draw(
-                    format!("plane-{}", tag(&[name.clone()])),
+                    format!("plane-{}", tag(std::slice::from_ref(&name))),
                     caption,
                     &move |p| {
                         line_chart(

@@ -113,7 +113,8 @@ fn mar_pipeline() {
 
     // Figures and the report.
     let figs = tern_bench::plot::render(&back, &dir).unwrap();
-    assert_eq!(figs.len(), 8, "{figs:?}");
+    // Per loss rate: median and p99 RTT, jitter, throughput and the on-time share.
+    assert_eq!(figs.len(), 10, "{figs:?}");
     for (_, f) in &figs {
         let svg = std::fs::read_to_string(f).unwrap();
         assert!(
@@ -125,7 +126,7 @@ fn mar_pipeline() {
     let (html, runs) = tern_bench::report_dir(&dir).unwrap();
     assert_eq!(runs.len(), 1);
     let page = std::fs::read_to_string(html).unwrap();
-    assert!(page.contains("<table>") && page.matches("<svg").count() == 8);
+    assert!(page.contains("<table>") && page.matches("<svg").count() == 10);
     let md = tern_bench::report::markdown(&runs[0]);
     assert!(
         md.contains("| **tern** |") && md.contains("Loss 1 %"),
