@@ -72,9 +72,20 @@ pub const DELIVERY_FILTER_ROUNDS: u32 = 10;
 /// Multiplicative cut of the rate on a congestion signal, as a fraction (7/10: CUBIC's β).
 pub const BETA: (u64, u64) = (7, 10);
 
+/// Multiplicative cut on a queueing-delay signal (17/20 = 0.85): gentler than on loss, since a
+/// queue is seen before anything is lost and draining it needs only the excess off.
+pub const DELAY_BETA: (u64, u64) = (17, 20);
+
+/// Loss ratio over one delivery interval (a smoothed RTT) that counts as congestion in
+/// explicit mode, as a fraction (1/20), with at least two datagrams lost. A router's rate
+/// should lose nothing, so frequent loss means the stamp is more than the path carries; 1 %
+/// random radio loss stays well below it (the shadow controller's own rules, which tolerate
+/// up to about 10 % at a bottleneck that never queues, apply as well).
+pub const LOSS_RATIO: (u64, u64) = (1, 20);
+
 /// Growth of the congestion limit per round trip without a signal, as a fraction (1/8: back
 /// to the rate before a cut in three round trips, and no faster than [`DELIVERY_ALLOWANCE`]).
-pub const LIMIT_GROWTH: (u64, u64) = (1, 8);
+pub const LIMIT_GROWTH: (u64, u64) = (1, 32);
 
 /// Queueing delay that counts as congestion: at least `min_rtt / QUEUE_DELAY_DIVISOR`. A
 /// router's PI controller keeps its queue near empty, so a queue of a quarter of the base RTT
@@ -165,6 +176,8 @@ pub struct Explicit {
     /// The delivery-rate interval under way: start and bytes acknowledged since.
     interval_start: Option<Instant>,
     interval_bytes: u64,
+    /// Bytes declared lost during that interval.
+    interval_lost: u64,
     /// The congestion limit, bytes per second (`None`: not binding).
     limit: Option<u64>,
     /// The limit before the latest loss-triggered cut (to undo a spurious one).
@@ -202,6 +215,7 @@ impl Explicit {
             samples: VecDeque::new(),
             interval_start: None,
             interval_bytes: 0,
+            interval_lost: 0,
             limit: None,
             undo_limit: None,
             cut_at: None,
@@ -293,7 +307,7 @@ impl Explicit {
     }
 
     fn push_sample(&mut self, now: Instant, rate: u64) {
-        let keep = self.smoothed() * DELIVERY_FILTER_ROUNDS;
+        let keep = self.smoothed().saturating_mul(DELIVERY_FILTER_ROUNDS);
         while self
             .samples
             .front()
@@ -319,6 +333,7 @@ impl Explicit {
         self.push_sample(now, seed);
         self.interval_start = Some(now);
         self.interval_bytes = 0;
+        self.interval_lost = 0;
         self.limit = None;
         self.undo_limit = None;
         self.cut_at = None;
@@ -350,7 +365,14 @@ impl Explicit {
 
     /// A congestion signal in explicit mode about a packet sent at `sent`: cut, at most once
     /// per round trip. `undoable`: a loss (a spurious one may undo it).
-    fn cut(&mut self, now: Instant, sent: Option<Instant>, undoable: bool, why: &'static str) {
+    fn cut(
+        &mut self,
+        now: Instant,
+        sent: Option<Instant>,
+        (num, den): (u64, u64),
+        undoable: bool,
+        why: &'static str,
+    ) {
         if self.mode != Mode::Explicit {
             return;
         }
@@ -360,7 +382,6 @@ impl Explicit {
             }
         }
         let rate = self.explicit_pace();
-        let (num, den) = BETA;
         let cut = (u128::from(rate) * u128::from(num) / u128::from(den)) as u64;
         let cut = cut.max(self.floor_rate());
         debug!(
@@ -387,11 +408,13 @@ impl Explicit {
         if let Some(limit) = self.limit {
             let (num, den) = LIMIT_GROWTH;
             let grown = limit.saturating_add((limit / den).saturating_mul(num).max(self.mss));
+            // Kept (not dropped) once above the delivery allowance: dropping it would let the
+            // rate jump to twice the delivery rate at once, an overshoot of the path.
             let delivery = self
                 .delivery_max()
                 .unwrap_or(0)
                 .saturating_mul(DELIVERY_ALLOWANCE);
-            self.limit = (grown < delivery).then_some(grown);
+            self.limit = Some(grown.min(delivery.max(limit)));
         }
     }
 
@@ -409,9 +432,11 @@ impl Explicit {
 
     fn stamp_timeout(&self) -> Duration {
         let Some(rtt) = &self.rtt else {
-            return self.info.initial_rtt * STAMP_TIMEOUT_PTOS;
+            return self.info.initial_rtt.saturating_mul(STAMP_TIMEOUT_PTOS);
         };
-        rtt.pto_base() * STAMP_TIMEOUT_PTOS + rtt.max_ack_delay()
+        rtt.pto_base()
+            .saturating_mul(STAMP_TIMEOUT_PTOS)
+            .saturating_add(rtt.max_ack_delay())
     }
 }
 
@@ -423,6 +448,7 @@ impl Controller for Explicit {
             // slow delivery.
             self.interval_start = Some(now);
             self.interval_bytes = 0;
+            self.interval_lost = 0;
         }
     }
 
@@ -463,12 +489,21 @@ impl Controller for Explicit {
         let elapsed = now.saturating_duration_since(start);
         if elapsed >= self.smoothed() {
             let rate = Self::per(self.interval_bytes, elapsed);
+            let (num, den) = LOSS_RATIO;
+            let lost = self.interval_lost;
+            let frequent = lost >= 2 * self.mss
+                && u128::from(lost) * u128::from(den)
+                    > u128::from(lost + self.interval_bytes) * u128::from(num);
+            if frequent {
+                self.cut(now, largest_acked_sent, BETA, false, "frequent loss");
+            }
             self.push_sample(now, rate);
             self.interval_start = Some(now);
             self.interval_bytes = 0;
+            self.interval_lost = 0;
         }
         if self.queue_too_long() {
-            self.cut(now, largest_acked_sent, false, "queueing delay");
+            self.cut(now, largest_acked_sent, DELAY_BETA, false, "queueing delay");
         } else {
             self.grow_limit(now);
         }
@@ -491,9 +526,16 @@ impl Controller for Explicit {
             rtt,
         );
         self.rtt = Some(rtt.clone());
+        self.interval_lost = self.interval_lost.saturating_add(lost_bytes);
         let congestive = self.fallback.metrics().congestion_events != before;
         if congestive || persistent_congestion {
-            self.cut(now, Some(largest_lost_sent), !persistent_congestion, "loss");
+            self.cut(
+                now,
+                Some(largest_lost_sent),
+                BETA,
+                !persistent_congestion,
+                "loss",
+            );
         }
     }
 
@@ -514,7 +556,7 @@ impl Controller for Explicit {
         self.fallback
             .on_ecn_ce(now, largest_acked_sent, newly_ce, rtt);
         self.rtt = Some(rtt.clone());
-        self.cut(now, Some(largest_acked_sent), false, "ECN CE");
+        self.cut(now, Some(largest_acked_sent), BETA, false, "ECN CE");
     }
 
     fn on_mtu_update(&mut self, max_datagram_size: u16) {
@@ -615,5 +657,129 @@ impl Controller for Explicit {
 
     fn name(&self) -> &'static str {
         "explicit"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cc::testing::{ack_round_trip, epoch, rtt_with};
+
+    const MS: Duration = Duration::from_millis(1);
+    const MSS: u64 = 1200;
+
+    fn explicit() -> Explicit {
+        Explicit::new(
+            ExplicitConfig::default().get_fallback().clone(),
+            epoch(),
+            &PathInfo::new(MSS as u16, 40 * MS, 0),
+        )
+    }
+
+    /// Round trips of a full window, each followed by an echo of `stamp`.
+    fn rounds(
+        cc: &mut Explicit,
+        mut now: Instant,
+        rtt: &RttEstimator,
+        n: u32,
+        stamp: Option<u64>,
+    ) -> Instant {
+        for _ in 0..n {
+            now = ack_round_trip(cc, now, rtt, MSS);
+            cc.on_feedback_rate(now, stamp, rtt);
+        }
+        now
+    }
+
+    #[test]
+    fn it_asks_for_the_rate_area_and_starts_with_its_fallback() {
+        let cc = explicit();
+        assert!(cc.wants_rate_area());
+        assert_eq!(cc.mode(), Mode::Fallback);
+        assert_eq!(cc.name(), "explicit");
+        assert_eq!(cc.window(), cc.fallback_controller().window());
+    }
+
+    #[test]
+    fn an_unlowered_echo_means_no_router_and_a_stamp_brings_explicit_mode() {
+        let rtt = rtt_with(40 * MS, 40 * MS);
+        let mut cc = explicit();
+        let now = rounds(&mut cc, epoch(), &rtt, 2, None);
+        assert_eq!(cc.mode(), Mode::Fallback, "0xFFFFFFFF: no router");
+        let now = rounds(&mut cc, now, &rtt, 1, Some(500_000));
+        assert_eq!(cc.mode(), Mode::Explicit);
+        assert_eq!(cc.pacing_rate(&rtt), Some(500_000));
+        // The window lets pacing set the rate: 2 × rate × RTT.
+        assert_eq!(cc.window(), 2 * 500_000 * 40 / 1000);
+        rounds(&mut cc, now, &rtt, 1, None);
+        assert_eq!(cc.mode(), Mode::Fallback);
+        assert_eq!(cc.mode_switches(), 2);
+    }
+
+    #[test]
+    fn the_fallback_starts_from_the_explicit_rate_not_the_initial_window() {
+        let rtt = rtt_with(40 * MS, 40 * MS);
+        let mut cc = explicit();
+        let rate = 12_500_000; // 100 Mbit/s: 500 kB per 40 ms, far above 32 datagrams
+        let now = rounds(&mut cc, epoch(), &rtt, 8, Some(rate));
+        assert_eq!(cc.pacing_rate(&rtt), Some(rate));
+        // Echoes stop while ACKs keep coming.
+        let mut now = now;
+        for _ in 0..6 {
+            now = ack_round_trip(&mut cc, now, &rtt, MSS);
+        }
+        assert_eq!(cc.mode(), Mode::Fallback);
+        let bdp = rate * 40 / 1000;
+        assert!(cc.window() >= bdp, "window {} < {bdp}", cc.window());
+        assert!(!cc.metrics().in_slow_start, "seeded: congestion avoidance");
+    }
+
+    #[test]
+    fn the_expected_rate_caps_both_modes() {
+        let rtt = rtt_with(40 * MS, 40 * MS);
+        let mut cc = explicit();
+        cc.on_expected_rate(Some(100_000));
+        assert_eq!(cc.pacing_rate(&rtt), Some(100_000), "fallback mode");
+        rounds(&mut cc, epoch(), &rtt, 2, Some(1_000_000));
+        assert_eq!(cc.pacing_rate(&rtt), Some(100_000), "explicit mode");
+        assert_eq!(cc.metrics().pacing_rate, Some(100_000));
+    }
+
+    #[test]
+    fn loss_and_queueing_delay_cut_the_rate_below_the_stamp() {
+        let rtt = rtt_with(40 * MS, 40 * MS);
+        let mut cc = explicit();
+        let stamp = 1_000_000;
+        let now = rounds(&mut cc, epoch(), &rtt, 4, Some(stamp));
+        assert_eq!(cc.pacing_rate(&rtt), Some(stamp));
+        // Persistent congestion: whatever the shadow says, a cut by β.
+        cc.on_congestion_event(now, now, 10 * MSS, true, &rtt);
+        let cut = cc.pacing_rate(&rtt).expect("paced");
+        assert_eq!(cut, stamp * 7 / 10);
+        assert_eq!(cc.metrics().congestion_events, 1);
+        // A second signal about a packet sent before the cut is the same congestion.
+        cc.on_congestion_event(now, now - MS, 10 * MSS, true, &rtt);
+        assert_eq!(cc.pacing_rate(&rtt), Some(cut));
+        // A standing queue (60 ms over a 40 ms base) cuts again, a round trip later.
+        let queued = rtt_with(40 * MS, 100 * MS);
+        let later = now + 100 * MS;
+        cc.on_ack(later, now + MS, MSS, false, &queued);
+        cc.on_end_acks(later, 0, false, Some(now + MS));
+        cc.on_feedback_rate(later, Some(stamp), &queued);
+        let again = cc.pacing_rate(&queued).expect("paced");
+        assert!(again < cut, "{again} >= {cut}");
+    }
+
+    #[test]
+    fn a_spurious_loss_undoes_its_cut() {
+        let rtt = rtt_with(40 * MS, 40 * MS);
+        let mut cc = explicit();
+        let stamp = 1_000_000;
+        let now = rounds(&mut cc, epoch(), &rtt, 4, Some(stamp));
+        // A burst the shadow CUBIC judges congestive (its loss ratio crosses 10 %).
+        cc.on_congestion_event(now, now, 40 * MSS, false, &rtt);
+        assert_eq!(cc.pacing_rate(&rtt), Some(stamp * 7 / 10));
+        cc.on_spurious_congestion_event();
+        assert_eq!(cc.pacing_rate(&rtt), Some(stamp));
     }
 }
