@@ -114,10 +114,12 @@ impl Connection {
     /// else the controller's estimate (the smaller of its pacing rate and window / smoothed
     /// RTT); times `min_rtt / smoothed_rtt`, so that an encoder whose data queues up (the RTT
     /// grows) is asked for less and drains the queue; minus the packet overheads (short
-    /// header with the rate area if sent, AEAD tag, 16 bytes of frame
-    /// headers) at the path's datagram size. Summed over the paths. Flows have no
-    /// priorities in this version, so there is no per-flow share: the application divides
-    /// the total among its flows.
+    /// header with the rate area if sent, AEAD tag, 16 bytes of frame headers) at the path's
+    /// datagram size. Summed over the paths. Flows have no priorities in this version, so
+    /// there is no per-flow share: the application divides the total among its flows.
+    ///
+    /// `source` is [`RateSource::Router`] when the router's rate sets the figure on every
+    /// path summed, [`RateSource::Controller`] otherwise.
     pub fn target_rate(&self) -> Option<TargetRate> {
         if !self.is_established() {
             return None;
