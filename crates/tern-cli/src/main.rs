@@ -29,7 +29,8 @@ struct Cli {
     #[arg(long, global = true, default_value = "warn")]
     log: String,
     /// Congestion controller of every connection this command makes or accepts: newreno,
-    /// cubic (the default), udt, copa or bbr.
+    /// cubic (the default), udt, copa, bbr or explicit (a tern router's rate, CUBIC where no
+    /// router stamps).
     #[arg(long, global = true, default_value_t = tern::cc::Algorithm::default())]
     cc: tern::cc::Algorithm,
     /// Write a qlog file (JSON-SEQ, readable in qvis) per connection into this directory:

@@ -234,7 +234,11 @@ fn a_full_disk_is_reported_to_the_sender() {
 #[test]
 fn the_congestion_controller_is_chosen_by_name() {
     // Every built-in controller carries a transfer; the report names the one that ran.
-    for cc in tern::cc::Algorithm::ALL {
+    // Explicit (F12) is outside ALL (no router in the sweeps) but takes the same plumbing.
+    for cc in tern::cc::Algorithm::ALL
+        .iter()
+        .chain([&tern::cc::Algorithm::Explicit])
+    {
         let out = tern()
             .args(["perf", "--compare-tcp", "--bytes", "4M", "--cc", cc.name()])
             .output()

@@ -124,6 +124,10 @@ pub enum Event {
         /// The estimate, bytes per second.
         bytes_per_second: u64,
     },
+    /// The rate the application should produce data at (F13, see
+    /// `Connection::target_rate`): reported the first time it is known, then when it moves
+    /// by more than 10 % or changes source, at most once per smoothed RTT.
+    TargetRate(crate::connection::TargetRate),
     /// A path's datagram size changed (PMTU discovery, PROTOCOL.md §5.5): a probe of `size`
     /// bytes was acknowledged, or a black hole sent it back to 1 200.
     PathMtuChanged {

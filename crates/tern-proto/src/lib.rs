@@ -68,7 +68,7 @@ pub mod recovery;
 pub mod wire;
 
 pub use config::{ConnectionConfig, EndpointConfig, FlowConfig, RetryPolicy};
-pub use connection::{Connection, ConnectionStats, Transmit};
+pub use connection::{Connection, ConnectionStats, RateSource, TargetRate, Transmit};
 pub use crypto::{PublicKey, StaticKeypair};
 pub use endpoint::{ConnectionHandle, Endpoint, EndpointStats};
 pub use error::{ConnectError, ConnectionError, OpenError, ReadError, WriteError};

@@ -62,6 +62,9 @@ pub enum QlogEvent {
         bytes_in_flight: u64,
         /// Pacing rate, bit/s (qlog's unit).
         pacing_rate_bps: u64,
+        /// The latest router rate the peer echoed for the path (F12), bit/s; `None` when no
+        /// router lowered it or no rate area is sent. A tern extension of the event.
+        feedback_rate_bps: Option<u64>,
     },
     /// `recovery:congestion_state_updated`.
     CongestionStateUpdated {

@@ -112,6 +112,30 @@ impl Connection {
             .unwrap_or_default()
     }
 
+    /// The rate the application should produce data at now (DESIGN.md F13), or `None` before
+    /// it is known (no RTT sample yet): a tern router's rate where one stamps the path and
+    /// the explicit-rate controller runs ([`cc::Algorithm::Explicit`](crate::cc::Algorithm)),
+    /// else the congestion controller's estimate; scaled by min RTT / RTT so that an encoder
+    /// whose data queues up is asked for less; less packet overheads; summed over the active
+    /// paths. Changes of more than 10 % arrive as [`Event::TargetRate`] on
+    /// [`events`](Self::events), at most once per round trip.
+    pub fn target_rate(&self) -> Option<crate::TargetRate> {
+        let mut inner = self.shared.lock();
+        inner.connection(self.id).and_then(|c| c.target_rate())
+    }
+
+    /// Declares the rate the application expects to produce, in bytes per second (`None`:
+    /// unset, the default). The explicit-rate controller never paces above it and declares it
+    /// to routers, which weight their shares by it (F12); other controllers ignore it.
+    pub fn set_expected_rate(&self, bytes_per_second: Option<u64>) {
+        let mut inner = self.shared.lock();
+        if let Some(c) = inner.connection(self.id) {
+            c.set_expected_rate(bytes_per_second);
+        }
+        drop(inner);
+        self.wake_driver();
+    }
+
     /// Makes a path active, standby (used only while no active path works: the handover
     /// mode) or abandoned (never used again); the peer is told, so both ends agree. Returns
     /// false if the connection has no such path, it was abandoned, or `state` is `Dead`.

@@ -17,6 +17,10 @@
 //!   and unreliable datagrams ([`Connection::send_datagram`]).
 //! - Events (F8) come two ways: as a stream per connection ([`Connection::events`]) or as
 //!   up-calls on the endpoint ([`Endpoint::on_event`]).
+//! - Media encoders follow [`Connection::target_rate`] (F13) and its [`Event::TargetRate`]
+//!   updates; with the explicit-rate controller ([`cc::Algorithm::Explicit`]) a tern router's
+//!   rate (F12) sets it, and [`Connection::set_expected_rate`] declares what the application
+//!   wants.
 //!
 //! ```
 //! use tern::{Endpoint, StaticKeypair};
@@ -77,6 +81,6 @@ pub use tern_proto::{
 pub use tern_proto::{
     ConnectionConfig, ConnectionError, ConnectionStats, DatagramError, Dir, EcnCodepoint, EcnState,
     EndpointConfig, EndpointStats, Event, FlowConfig, FlowId, Message, MessageId, MessageOptions,
-    PathState, PathStats, PublicKey, RetryPolicy, SchedulerKind, SendMessageError, StaticKeypair,
-    Violation,
+    PathState, PathStats, PublicKey, RateSource, RetryPolicy, SchedulerKind, SendMessageError,
+    StaticKeypair, TargetRate, Violation,
 };

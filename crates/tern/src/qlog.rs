@@ -196,6 +196,7 @@ fn event(time: f64, e: &QlogEvent) -> Value {
             congestion_window,
             bytes_in_flight,
             pacing_rate_bps,
+            feedback_rate_bps,
         } => (
             "recovery:metrics_updated",
             json!({
@@ -206,6 +207,8 @@ fn event(time: f64, e: &QlogEvent) -> Value {
                 "congestion_window": congestion_window,
                 "bytes_in_flight": bytes_in_flight,
                 "pacing_rate": pacing_rate_bps,
+                // tern extension (F12): the router rate the peer echoed, bit/s.
+                "feedback_rate": feedback_rate_bps,
                 "path_id": path,
             }),
         ),

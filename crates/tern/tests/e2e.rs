@@ -855,3 +855,56 @@ async fn a_two_path_transfer_survives_losing_a_path_midway() {
     }
     assert!(saw_dead, "a PathDead event");
 }
+
+#[tokio::test]
+async fn the_target_rate_and_its_events_reach_the_application() {
+    // No router on loopback: the explicit-rate controller runs its fallback (CUBIC), and the
+    // target rate comes from it (F13).
+    let server = server();
+    let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .configure(|c| c.connection.congestion = tern::cc::Algorithm::Explicit.factory())
+        .build()
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        let mut flow = conn.accept_uni().await.unwrap();
+        let mut data = Vec::new();
+        AsyncReadExt::read_to_end(&mut flow, &mut data)
+            .await
+            .unwrap();
+        (data.len(), conn.stats())
+    });
+    let conn = client.connect(addr, Some(key)).await.unwrap();
+    let mut events = conn.events();
+    conn.set_expected_rate(Some(50_000_000));
+    let mut flow = conn.open_uni().await.unwrap();
+    flow.write_all(&vec![1u8; 2_000_000]).await.unwrap();
+    flow.finish().unwrap();
+    flow.finished().await.unwrap();
+    let (len, server_stats) = srv.await.unwrap();
+    assert_eq!(len, 2_000_000);
+    // The server echoed the (unlowered) feedback of our rate area.
+    assert!(server_stats.rate_echoes_sent > 0, "{server_stats:?}");
+    let stats = conn.stats();
+    assert!(stats.rate_echoes_received > 0);
+    assert_eq!(stats.feedback_rate, None);
+    let target = conn.target_rate().expect("known after a transfer");
+    assert_eq!(target.source, tern::RateSource::Controller);
+    assert!(target.bytes_per_second > 0);
+    let first = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match events.next().await {
+                Some(Event::TargetRate(t)) => return Some(t),
+                Some(_) => {}
+                None => return None,
+            }
+        }
+    })
+    .await
+    .expect("a TargetRate event");
+    assert!(first.is_some_and(|t| t.bytes_per_second > 0));
+    conn.close(0, b"done");
+    conn.closed().await;
+}

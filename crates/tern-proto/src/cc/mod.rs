@@ -23,6 +23,9 @@
 //!    recent reduction turn out to have been delivered.
 //! 6. [`Controller::on_ecn_ce`] when the peer reports CE marks on a path whose ECN works.
 //! 7. [`Controller::on_mtu_update`] when the path's maximum datagram size changes.
+//! 8. [`Controller::on_feedback_rate`] for each RateEcho the peer sends about the path (only
+//!    when [`Controller::wants_rate_area`] made the connection send the explicit-rate area,
+//!    F12), and [`Controller::on_expected_rate`] when the application sets its expected rate.
 //!
 //! # What is here
 //!
@@ -37,6 +40,9 @@
 //!   factories [`NewRenoConfig`] and [`CubicConfig`], and [`Algorithm`] to pick one by name.
 //! - [`Bbr`] (BBR with v3 semantics, [`BbrConfig`]), [`Udt`] (UDT's DAIMD rate control,
 //!   [`UdtConfig`]) and [`Copa`] (delay-based, for cellular links, [`CopaConfig`]).
+//! - [`Explicit`] ([`ExplicitConfig`]): the explicit-rate controller (F12, PROTOCOL.md §13):
+//!   paces at the rate a tern router stamps, within a bound of its own, and falls back to an
+//!   end-to-end controller (CUBIC by default) where no router stamps.
 //! - [`Algorithm`]: every built-in controller by name (`tern --cc NAME`, tern-bench
 //!   `--tern-cc`), for sweeps ([`Algorithm::ALL`]).
 //! - [`Pacer`]: a token bucket that spreads a window's worth of packets over a round trip.
@@ -47,7 +53,7 @@
 //! opens its window to the bandwidth-delay product and ends slow start there, [`Bbr`] seeds
 //! its bandwidth filter with it, [`Udt`] takes it as the link capacity, [`Copa`] as its window.
 //!
-//! Not here yet: the explicit-rate controller (F12, with the router) and HyStart++.
+//! Not here yet: HyStart++.
 //!
 //! [`RttEstimator`]: crate::recovery::rtt::RttEstimator
 
@@ -60,6 +66,7 @@ pub mod bbr;
 pub mod classic;
 pub mod copa;
 pub mod cubic;
+pub mod explicit;
 pub mod new_reno;
 pub mod pacer;
 #[cfg(any(test, feature = "testing"))]
@@ -75,6 +82,7 @@ pub use bbr::{Bbr, BbrConfig};
 pub use classic::{Classic, ClassicConfig, WindowAdjustment};
 pub use copa::{Copa, CopaConfig};
 pub use cubic::{Cubic, CubicConfig};
+pub use explicit::{Explicit, ExplicitConfig};
 pub use new_reno::{NewReno, NewRenoConfig};
 pub use pacer::Pacer;
 pub use udt::{Udt, UdtConfig};
@@ -214,12 +222,42 @@ pub trait Controller: Send + fmt::Debug {
     }
 
     /// A measurement of the path's bottleneck rate, in bytes per second, taken outside the
-    /// controller: packet-pair fast start (F11) from the dispersion of a probe train, or a
-    /// router's explicit rate (F12). A controller may start from it (seed its bandwidth model,
-    /// open its window to rate × RTT) instead of probing from scratch; by default it is
+    /// controller: packet-pair fast start (F11) from the dispersion of a probe train, or the
+    /// rate a controller hands over when it changes hands ([`Explicit`] seeds its fallback
+    /// with the rate it was sending at). A controller may start from it (seed its bandwidth
+    /// model, open its window to rate × RTT) instead of probing from scratch; by default it is
     /// ignored.
     fn on_rate_estimate(&mut self, now: Instant, bytes_per_second: u64, rtt: &RttEstimator) {
         let _ = (now, bytes_per_second, rtt);
+    }
+
+    /// Whether the connection should put the explicit-rate area (PROTOCOL.md §4.8: expected
+    /// rate, feedback rate) on every short-header packet of this path, so that tern routers
+    /// can stamp their rate into it (F12). Costs 8 bytes per packet; `false` by default.
+    fn wants_rate_area(&self) -> bool {
+        false
+    }
+
+    /// The peer echoed (RateEcho, PROTOCOL.md §9.27) the lowest feedback rate routers left in
+    /// this path's packets since its previous echo: `Some(bytes per second)`, or `None` when
+    /// no router lowered it (`0xFFFFFFFF` on the wire: no router on the path). The value is
+    /// unauthenticated on the path (§13.2): a controller must bound what it does with it by
+    /// its own loss and delay signals. Called only on paths whose controller
+    /// [`wants_rate_area`](Self::wants_rate_area); ignored by default.
+    fn on_feedback_rate(
+        &mut self,
+        now: Instant,
+        bytes_per_second: Option<u64>,
+        rtt: &RttEstimator,
+    ) {
+        let _ = (now, bytes_per_second, rtt);
+    }
+
+    /// The application's expected rate for the connection, in bytes per second (`None`:
+    /// unset), as declared in the rate area. A controller that honours it never paces above
+    /// it; ignored by default.
+    fn on_expected_rate(&mut self, bytes_per_second: Option<u64>) {
+        let _ = bytes_per_second;
     }
 
     /// Congestion window in bytes (rate-based controllers return a cap, e.g. 2×rate×rtt).
@@ -311,6 +349,11 @@ pub enum Algorithm {
     Copa,
     /// BBR with v3 semantics (draft-ietf-ccwg-bbr), model-based.
     Bbr,
+    /// Explicit rate (F12): paces at a tern router's stamped rate, CUBIC where no router
+    /// stamps. Not in [`Algorithm::ALL`]: without a router it is CUBIC plus 8 bytes of header
+    /// per packet, and the sweeps that use `ALL` (tern-sim's controller suite, tern-bench's
+    /// `cc` scenario) have no router yet.
+    Explicit,
 }
 
 impl Algorithm {
@@ -331,6 +374,7 @@ impl Algorithm {
             Algorithm::Udt => "udt",
             Algorithm::Copa => "copa",
             Algorithm::Bbr => "bbr",
+            Algorithm::Explicit => "explicit",
         }
     }
 
@@ -349,6 +393,9 @@ impl Algorithm {
                     .initial_window_packets(packets),
             ),
             Algorithm::Bbr => Arc::new(BbrConfig::default().initial_window_packets(packets)),
+            Algorithm::Explicit => Arc::new(ExplicitConfig::default().fallback(Arc::new(
+                CubicConfig::default().initial_window_packets(packets),
+            ))),
         }
     }
 
@@ -364,6 +411,7 @@ impl Algorithm {
             Algorithm::Udt => Arc::new(UdtConfig::default()),
             Algorithm::Copa => Arc::new(CopaConfig::default().delta(copa::TERN_DELTA)),
             Algorithm::Bbr => Arc::new(BbrConfig::default()),
+            Algorithm::Explicit => Arc::new(ExplicitConfig::default()),
         }
     }
 }
@@ -384,7 +432,8 @@ impl FromStr for Algorithm {
     type Err = UnknownAlgorithm;
 
     /// Case-insensitive; accepts `newreno` (or `new_reno`, `new-reno`, `reno`), `cubic`,
-    /// `udt` (or `daimd`), `copa` and `bbr` (or `bbr3`, `bbrv3`).
+    /// `udt` (or `daimd`), `copa`, `bbr` (or `bbr3`, `bbrv3`) and `explicit` (or
+    /// `explicit-rate`, `explicit_rate`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "newreno" | "new_reno" | "new-reno" | "reno" => Ok(Algorithm::NewReno),
@@ -392,6 +441,7 @@ impl FromStr for Algorithm {
             "udt" | "daimd" => Ok(Algorithm::Udt),
             "copa" => Ok(Algorithm::Copa),
             "bbr" | "bbr3" | "bbrv3" => Ok(Algorithm::Bbr),
+            "explicit" | "explicit-rate" | "explicit_rate" => Ok(Algorithm::Explicit),
             _ => Err(UnknownAlgorithm(s.to_owned())),
         }
     }
@@ -408,7 +458,11 @@ impl fmt::Display for UnknownAlgorithm {
             "unknown congestion control algorithm {:?} (known: ",
             self.0
         )?;
-        for (i, a) in Algorithm::ALL.iter().enumerate() {
+        for (i, a) in Algorithm::ALL
+            .iter()
+            .chain([&Algorithm::Explicit])
+            .enumerate()
+        {
             f.write_str(if i == 0 { "" } else { ", " })?;
             f.write_str(a.name())?;
         }

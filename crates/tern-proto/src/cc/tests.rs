@@ -39,6 +39,10 @@ enum Op {
     Spurious,
     /// The path MTU changes.
     Mtu(u16),
+    /// The peer echoes a feedback rate (F12): `None` = no router lowered it.
+    Feedback(Option<u64>),
+    /// The application sets its expected rate.
+    Expected(Option<u64>),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -57,6 +61,10 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(count, persistent)| Op::Lose { count, persistent }),
         1 => Just(Op::Spurious),
         1 => prop_oneof![Just(1200u16), Just(1452), Just(9000), 0u16..=u16::MAX].prop_map(Op::Mtu),
+        2 => prop_oneof![Just(None), (0u64..20_000_000).prop_map(Some), any::<u64>().prop_map(Some)]
+            .prop_map(Op::Feedback),
+        1 => prop_oneof![Just(None), (0u64..20_000_000).prop_map(Some), any::<u64>().prop_map(Some)]
+            .prop_map(Op::Expected),
     ]
 }
 
@@ -150,6 +158,8 @@ impl Model {
                 self.mss = mtu;
                 cc.on_mtu_update(mtu);
             }
+            Op::Feedback(rate) => cc.on_feedback_rate(self.now, rate, &self.rtt),
+            Op::Expected(rate) => cc.on_expected_rate(rate),
         }
     }
 
@@ -228,6 +238,12 @@ proptest! {
     }
 
     #[test]
+    fn fuzz_explicit(ops in prop::collection::vec(op(), 1..300)) {
+        fuzz(&ExplicitConfig::default(), false, &ops);
+        fuzz(&ExplicitConfig::default().fallback(Arc::new(BbrConfig::default())), false, &ops);
+    }
+
+    #[test]
     fn fuzz_test_doubles(ops in prop::collection::vec(op(), 1..100)) {
         fuzz(&Unlimited, false, &ops);
         fuzz(&Mock::default(), false, &ops);
@@ -236,7 +252,9 @@ proptest! {
 
 #[test]
 fn algorithm_names_round_trip() {
-    for &algorithm in Algorithm::ALL {
+    // Explicit is named and built like the others, but kept out of ALL (see its doc).
+    assert!(!Algorithm::ALL.contains(&Algorithm::Explicit));
+    for &algorithm in Algorithm::ALL.iter().chain([&Algorithm::Explicit]) {
         let parsed: Algorithm = algorithm.name().parse().expect("known name");
         assert_eq!(parsed, algorithm);
         assert_eq!(algorithm.to_string(), algorithm.name());
@@ -252,9 +270,13 @@ fn algorithm_names_round_trip() {
         assert_eq!(cc.initial_window(), 32 * 1200, "{algorithm}");
     }
     assert_eq!("New-Reno".parse::<Algorithm>(), Ok(Algorithm::NewReno));
+    assert_eq!(
+        "explicit-rate".parse::<Algorithm>(),
+        Ok(Algorithm::Explicit)
+    );
     let err = "vegas".parse::<Algorithm>().expect_err("not built in");
     assert!(err.to_string().contains("vegas"));
-    for name in ["newreno", "cubic", "udt", "copa", "bbr"] {
+    for name in ["newreno", "cubic", "udt", "copa", "bbr", "explicit"] {
         assert!(
             err.to_string().contains(name),
             "the error lists {name}: {err}"
@@ -311,12 +333,43 @@ struct Outcome {
     /// Mean queueing delay seen by delivered packets.
     mean_queue: Duration,
     metrics: Option<Metrics>,
+    /// Bytes sent per [`BUCKET`].
+    buckets: Vec<u64>,
+}
+
+impl Outcome {
+    /// The highest sending rate over one [`BUCKET`] from `from` on, bytes per second.
+    fn max_send_rate(&self, from: Duration) -> f64 {
+        let skip = (from.as_nanos() / BUCKET.as_nanos()) as usize;
+        let max = self.buckets.iter().skip(skip).max().copied().unwrap_or(0);
+        max as f64 / BUCKET.as_secs_f64()
+    }
 }
 
 /// Runs one bulk flow over `link` for `duration` with ACK-per-packet, RACK-style loss detection
 /// (packet threshold 3, time threshold 9/8 RTT) and a crude PTO that declares the whole flight
 /// lost when nothing was acknowledged for one PTO.
 fn simulate(factory: &dyn ControllerFactory, link: Link, duration: Duration, seed: u64) -> Outcome {
+    simulate_with(factory, link, duration, seed, &|_| None)
+}
+
+/// What the receiver echoes with each ACK (explicit rate, F12), given the time since the
+/// start: `None` = no RateEcho, `Some(None)` = an echo that no router lowered, `Some(Some(r))`
+/// = a router's stamp of `r` bytes per second.
+type Stamps<'a> = &'a dyn Fn(Duration) -> Option<Option<u64>>;
+
+/// Bytes sent in each [`BUCKET`] of a simulation, to check the sending rate over time.
+const BUCKET: Duration = Duration::from_millis(100);
+
+/// [`simulate`] with RateEcho frames: after each ACK frame's callbacks, the controller gets
+/// `stamps(elapsed)` (as the connection hands it a RateEcho that follows the ACK).
+fn simulate_with(
+    factory: &dyn ControllerFactory,
+    link: Link,
+    duration: Duration,
+    seed: u64,
+    stamps: Stamps<'_>,
+) -> Outcome {
     const SIZE: u64 = 1200;
     let start = epoch();
     let end = start + duration;
@@ -336,6 +389,7 @@ fn simulate(factory: &dyn ControllerFactory, link: Link, duration: Duration, see
     let (mut sent, mut lost, mut delivered) = (0u64, 0u64, 0u64);
     let mut queue_total = Duration::ZERO;
     let mut last_arrival = start;
+    let mut buckets = vec![0u64; (duration.as_nanos() / BUCKET.as_nanos()) as usize + 1];
 
     while now < end {
         // Send while the window and the pacer allow.
@@ -357,6 +411,10 @@ fn simulate(factory: &dyn ControllerFactory, link: Link, duration: Duration, see
                 pacer.on_sent(SIZE);
                 in_flight += SIZE;
                 cc.on_sent(now, SIZE, in_flight);
+                let bucket = ((now - start).as_nanos() / BUCKET.as_nanos()) as usize;
+                if let Some(b) = buckets.get_mut(bucket) {
+                    *b += SIZE;
+                }
                 if outstanding.is_empty() {
                     last_progress = now;
                 }
@@ -446,6 +504,9 @@ fn simulate(factory: &dyn ControllerFactory, link: Link, duration: Duration, see
         if acked_any {
             let in_flight = outstanding.len() as u64 * SIZE;
             cc.on_end_acks(now, in_flight, false, largest_acked_sent);
+            if let Some(rate) = stamps(now - start) {
+                cc.on_feedback_rate(now, rate, &rtt);
+            }
         }
     }
 
@@ -454,6 +515,7 @@ fn simulate(factory: &dyn ControllerFactory, link: Link, duration: Duration, see
         loss_rate: lost as f64 / sent.max(1) as f64,
         mean_queue: queue_total / u32::try_from(delivered.max(1)).unwrap_or(u32::MAX),
         metrics: Some(cc.metrics()),
+        buckets,
     }
 }
 
@@ -667,4 +729,190 @@ fn copa_with_an_ack_per_packet() {
             assert!(o.mean_queue < 5 * MS, "δ = {delta}, loss {loss}: {o:?}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The explicit-rate controller (F12) on the link simulation: stamps by a model router.
+// ---------------------------------------------------------------------------------------------
+
+/// 10 Mbit/s, 40 ms RTT, a one-BDP drop-tail buffer.
+fn ten_megabit(random_loss: f64) -> Link {
+    let rate = 10e6 / 8.0;
+    Link {
+        rate,
+        one_way: 20 * MS,
+        queue: rate * 0.040,
+        random_loss,
+        jitter: Duration::ZERO,
+    }
+}
+
+#[test]
+fn explicit_paces_at_the_stamped_rate_and_keeps_the_queue_empty() {
+    // A router at the 10 Mbit/s bottleneck gives this flow 8 Mbit/s.
+    let link = ten_megabit(0.0);
+    let share = 1_000_000u64;
+    let out = simulate_with(
+        &ExplicitConfig::default(),
+        link,
+        Duration::from_secs(10),
+        1,
+        &|_| Some(Some(share)),
+    );
+    let m = out.metrics.expect("metrics");
+    eprintln!(
+        "explicit at 8 of 10 Mbit/s: utilisation {:.3}, queue {:?}, loss {:.4}, {m:?}",
+        out.utilisation, out.mean_queue, out.loss_rate
+    );
+    assert_eq!(m.pacing_rate, Some(share), "paces at the stamp");
+    assert!(
+        (0.75..=0.82).contains(&out.utilisation),
+        "{}",
+        out.utilisation
+    );
+    assert!(out.mean_queue < 2 * MS, "queue {:?}", out.mean_queue);
+    assert_eq!(out.loss_rate, 0.0);
+    // Never faster than the stamp (+ one bucket's rounding of a datagram or two).
+    let max = out.max_send_rate(Duration::from_secs(1));
+    assert!(max <= share as f64 * 1.05, "sent at {max:.0} B/s");
+}
+
+#[test]
+fn a_forged_high_stamp_does_not_raise_the_rate_above_the_bound() {
+    // Someone on the path rewrites the (unauthenticated) feedback to 10 Gbit/s on a
+    // 10 Mbit/s path. The sender's own bound (2 × delivery, cut on queueing delay and loss)
+    // keeps it near the link rate, like an end-to-end controller (PROTOCOL.md §13.2).
+    let link = ten_megabit(0.0);
+    let forged = 10_000_000_000u64 / 8;
+    let out = simulate_with(
+        &ExplicitConfig::default(),
+        link,
+        Duration::from_secs(20),
+        2,
+        &|_| Some(Some(forged)),
+    );
+    let cubic = simulate(&CubicConfig::default(), link, Duration::from_secs(20), 2);
+    let m = out.metrics.expect("metrics");
+    let max = out.max_send_rate(Duration::from_secs(1));
+    eprintln!(
+        "forged 10 Gbit/s on 10 Mbit/s: utilisation {:.3}, queue {:?}, loss {:.4}, \
+         max send {:.1} Mbit/s, {m:?}; cubic: utilisation {:.3}, queue {:?}, loss {:.4}",
+        out.utilisation,
+        out.mean_queue,
+        out.loss_rate,
+        max * 8e-6,
+        cubic.utilisation,
+        cubic.mean_queue,
+        cubic.loss_rate
+    );
+    let pacing = m.pacing_rate.expect("explicit mode paces");
+    assert!(pacing as f64 <= 2.0 * link.rate, "pacing at {pacing}");
+    assert!(max <= 2.0 * link.rate, "sent at {:.1} Mbit/s", max * 8e-6);
+    // It still uses the link, and congests it no more than CUBIC does.
+    assert!(out.utilisation >= 0.85, "{}", out.utilisation);
+    assert!(
+        out.loss_rate <= cubic.loss_rate.max(0.01),
+        "{}",
+        out.loss_rate
+    );
+    assert!(
+        out.mean_queue <= cubic.mean_queue.max(10 * MS),
+        "{:?}",
+        out.mean_queue
+    );
+}
+
+#[test]
+fn explicit_keeps_the_stamped_rate_through_random_loss_but_congestion_loss_throttles() {
+    // 1 % radio loss with an honest stamp at the link rate: the loss is not congestion (the
+    // shadow CUBIC's random-loss tolerance), the stamp holds.
+    let link = ten_megabit(0.01);
+    let honest = simulate_with(
+        &ExplicitConfig::default(),
+        link,
+        Duration::from_secs(10),
+        3,
+        &|_| Some(Some(1_250_000)),
+    );
+    eprintln!(
+        "stamp at the link rate, 1 % loss: utilisation {:.3}, {:?}",
+        honest.utilisation, honest.metrics
+    );
+    assert!(honest.utilisation >= 0.9, "{}", honest.utilisation);
+    // A stale stamp at twice the link rate through a shallow buffer (4 datagrams): the
+    // overflow losses are frequent, hence congestion, and the rate is cut.
+    let mut shallow = ten_megabit(0.0);
+    shallow.queue = 4.0 * 1200.0;
+    let stale = simulate_with(
+        &ExplicitConfig::default(),
+        shallow,
+        Duration::from_secs(10),
+        4,
+        &|_| Some(Some(2_500_000)),
+    );
+    let cubic = simulate(&CubicConfig::default(), shallow, Duration::from_secs(10), 4);
+    let m = stale.metrics.expect("metrics");
+    eprintln!(
+        "stamp at twice the link rate, shallow buffer: utilisation {:.3}, loss {:.4}, {m:?}; \
+         cubic: utilisation {:.3}, loss {:.4}",
+        stale.utilisation, stale.loss_rate, cubic.utilisation, cubic.loss_rate
+    );
+    assert!(m.congestion_events > 0);
+    // The shadow CUBIC's random-loss tolerance judges losses as it would for itself (up to
+    // about 10 % at a bottleneck that never queues, cc/classic.rs): no worse than CUBIC.
+    assert!(
+        stale.loss_rate <= cubic.loss_rate * 1.2 + 0.005,
+        "loss {} (cubic {})",
+        stale.loss_rate,
+        cubic.loss_rate
+    );
+    assert!(stale.utilisation >= 0.6, "{}", stale.utilisation);
+}
+
+#[test]
+fn explicit_falls_back_to_cubic_without_stamps_and_returns_with_them() {
+    // Stamps for 3 s, none for 4 s (the router went away: echoes say "no limit"), then stamps
+    // again; then the echoes stop altogether.
+    let link = ten_megabit(0.0);
+    let stamps = |t: Duration| {
+        let s = t.as_secs_f64();
+        if s < 3.0 {
+            Some(Some(500_000))
+        } else if s < 7.0 {
+            Some(None)
+        } else if s < 10.0 {
+            Some(Some(500_000))
+        } else {
+            None
+        }
+    };
+    let out = simulate_with(
+        &ExplicitConfig::default(),
+        link,
+        Duration::from_secs(14),
+        5,
+        &stamps,
+    );
+    let rate = |from: f64, to: f64| {
+        let b = &out.buckets[(from * 10.0) as usize..(to * 10.0) as usize];
+        b.iter().sum::<u64>() as f64 / (to - from)
+    };
+    let (explicit, fallback, again, silent) = (
+        rate(1.0, 3.0),
+        rate(5.0, 7.0),
+        rate(8.0, 10.0),
+        rate(12.0, 14.0),
+    );
+    eprintln!(
+        "explicit {:.2} Mbit/s, fallback {:.2}, explicit again {:.2}, echoes stopped {:.2}",
+        explicit * 8e-6,
+        fallback * 8e-6,
+        again * 8e-6,
+        silent * 8e-6
+    );
+    // At the stamp (4 Mbit/s); CUBIC alone fills the 10 Mbit/s link; the stamp again; CUBIC.
+    assert!((3.8e6..=4.1e6).contains(&(explicit * 8.0)), "{explicit}");
+    assert!(fallback * 8.0 >= 8.0e6, "{fallback}");
+    assert!((3.8e6..=4.1e6).contains(&(again * 8.0)), "{again}");
+    assert!(silent * 8.0 >= 8.0e6, "{silent}");
 }

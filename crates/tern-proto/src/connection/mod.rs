@@ -17,10 +17,12 @@
 pub(crate) mod handshake;
 mod paths;
 mod pmtu;
+pub(crate) mod rate;
 mod recv;
 mod send;
 mod stats;
 
+pub use rate::{RateSource, TargetRate};
 pub use send::Transmit;
 
 use std::collections::VecDeque;
@@ -159,6 +161,10 @@ pub struct Connection {
     /// The `Probe` frame of the packet being processed, if it had one (F11): recorded with
     /// the datagram's size and arrival time once its frames are processed.
     pub(crate) probe_seen: Option<(u64, u8, u8)>,
+    /// The application's expected rate, bytes per second (F12: declared in the rate area).
+    pub(crate) expected_rate: Option<u64>,
+    /// The last target rate reported in an `Event::TargetRate`, and when (F13).
+    pub(crate) target_reported: Option<(Instant, TargetRate)>,
 }
 
 impl Connection {
@@ -228,6 +234,8 @@ impl Connection {
             close_resend: false,
             initial_payload: Vec::new(),
             probe_seen: None,
+            expected_rate: None,
+            target_reported: None,
             close_resend_at: None,
             messages_out: Default::default(),
             messages_in: Default::default(),
@@ -332,6 +340,7 @@ impl Connection {
             s.rate_estimate = rate;
             s.rate_estimate_at = Some(at);
         }
+        s.feedback_rate = p.rate.stamped();
         s
     }
 
@@ -559,7 +568,8 @@ impl Connection {
         if peer == 0 {
             return None;
         }
-        // Short header (up to 14 bytes), AEAD tag, frame type and length varints.
+        // Short header (up to 14 bytes, 22 with the explicit-rate area on any path), AEAD
+        // tag, frame type and length varints.
         let mtu = self
             .paths
             .iter()
@@ -567,7 +577,12 @@ impl Connection {
             .map(|p| p.mtu)
             .min()
             .unwrap_or(self.paths[0].mtu);
-        let room = usize::from(mtu).saturating_sub(14 + crate::crypto::TAG_LEN + 1 + 2);
+        let area = if self.paths.iter().any(|p| p.cc.wants_rate_area()) {
+            crate::wire::RATE_AREA_LEN
+        } else {
+            0
+        };
+        let room = usize::from(mtu).saturating_sub(14 + area + crate::crypto::TAG_LEN + 1 + 2);
         Some(room.min(peer as usize))
     }
 
@@ -788,6 +803,7 @@ impl Connection {
                 congestion_window: m.window,
                 bytes_in_flight: p.sent.bytes_in_flight,
                 pacing_rate_bps: pacing.saturating_mul(8),
+                feedback_rate_bps: p.rate.stamped().map(|r| r.saturating_mul(8)),
             },
         );
         self.qlog(now, |_| metrics);

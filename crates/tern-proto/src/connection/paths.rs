@@ -40,6 +40,7 @@ impl Connection {
         );
         path.local = local;
         path.limited = !ours;
+        path.set_expected_rate(self.expected_rate);
         if ours {
             // The client chose this (local, remote) pair: its datagrams leave from there.
             path.source = local;

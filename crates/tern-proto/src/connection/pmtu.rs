@@ -51,19 +51,20 @@ impl Connection {
             }
         }
         let (index, size) = due?;
+        let rate = self.rate_area(index);
         let path = &mut self.paths[index];
         let path_id = path.id;
         let start = buf.len();
         let pn = path.sent.take_pn();
-        wire::ShortHeader::new(
+        let header = wire::ShortHeader::new(
             self.remote_cid,
             path_id as u8,
             false,
             pn,
             path.sent.largest_acked,
-            None,
-        )
-        .encode(buf);
+            rate,
+        );
+        header.encode(buf);
         let header_len = buf.len() - start;
         Frame::Ping.encode(buf);
         Frame::AckRequest.encode(buf);
@@ -71,7 +72,9 @@ impl Connection {
         buf.resize(start + usize::from(size) - TAG_LEN, 0);
         let sealed = self.keys.as_ref().and_then(|keys| {
             let (head, body) = buf[start..].split_at_mut(header_len);
-            keys.0.seal_in_place(path_id, pn, head, body)
+            let mut scratch = [0u8; wire::MAX_SHORT_HEADER_LEN];
+            let aad = wire::short_header_aad(head, header.feedback_rate_offset(), &mut scratch);
+            keys.0.seal_in_place(path_id, pn, aad, body)
         });
         let path = &mut self.paths[index];
         let Some(tag) = sealed else {

@@ -77,6 +77,10 @@ impl Connection {
         };
         let path = &mut self.paths[index];
         path.replay.insert(pn);
+        if let Some(area) = header.rate {
+            // Authenticated (the expected rate by the tag; the feedback is the routers').
+            path.rate.on_area(area);
+        }
         path.bytes_received += datagram_len;
         let path_id = path.id;
         self.qlog(now, |_| crate::qlog::QlogEvent::PacketReceived {
@@ -245,6 +249,7 @@ impl Connection {
                 self.on_spurious(index, &mut out);
                 self.on_acked(now, index, out.acked);
                 self.on_lost(now, index, out.lost);
+                self.update_target_rate(now);
             }
             Frame::Nack(nack) => {
                 let index = self.path_index(nack.path_id).ok_or((
@@ -474,8 +479,12 @@ impl Connection {
                 received,
                 rate,
             } => self.on_probe_report(now, path_id, train, received, rate),
-            // Codec-only frames of features not built yet (F12, F15–F18) are accepted
-            // and ignored, so a newer peer does not break an older one.
+            Frame::RateEcho {
+                path_id,
+                feedback_kbps,
+            } => self.on_rate_echo(now, path_id, feedback_kbps),
+            // Codec-only frames of features not built yet (F18, connection ID rotation) are
+            // accepted and ignored, so a newer peer does not break an older one.
             _ => {}
         }
         Ok(())

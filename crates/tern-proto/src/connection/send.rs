@@ -475,15 +475,18 @@ impl Connection {
         };
         let path_id = path.id;
         let start = buf.len();
+        let rate = self.rate_area(index);
         let path = &mut self.paths[index];
         let pn = path.sent.take_pn();
+        // With the explicit-rate area (F12) the header grows by 8 bytes; the payload budget
+        // below follows from the encoded header, so every limit stays within the MTU.
         let header = wire::ShortHeader::new(
             self.remote_cid,
             path_id as u8,
             false,
             pn,
             path.sent.largest_acked,
-            None,
+            rate,
         );
         header.encode(buf);
         let header_len = buf.len() - start;
@@ -630,7 +633,10 @@ impl Connection {
         }
         let keys = self.keys.as_ref()?;
         let (head, body) = buf[start..].split_at_mut(header_len);
-        let tag = keys.0.seal_in_place(path_id, pn, head, body)?;
+        // Associated data: the header with the router-writable feedback rate zeroed (§6.3).
+        let mut scratch = [0u8; wire::MAX_SHORT_HEADER_LEN];
+        let aad = wire::short_header_aad(head, header.feedback_rate_offset(), &mut scratch);
+        let tag = keys.0.seal_in_place(path_id, pn, aad, body)?;
         buf.extend_from_slice(&tag);
         let size = buf.len() - start;
         let path = &mut self.paths[index];
@@ -716,6 +722,7 @@ impl Connection {
         buf: &mut Vec<u8>,
         budget: usize,
     ) -> Option<(u64, u64)> {
+        let before = buf.len();
         let path = &mut self.paths[index];
         let id = path.id;
         let acks = &mut path.acks;
@@ -746,6 +753,9 @@ impl Connection {
             self.stats.nacks_sent += 1;
         }
         acks.on_ack_sent();
+        // The path's lowest feedback rate rides with its ACK (F12, §9.27), within the budget.
+        let room = budget.saturating_sub(buf.len() - before);
+        self.write_rate_echo(index, buf, room);
         described
     }
 

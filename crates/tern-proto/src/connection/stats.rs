@@ -107,4 +107,12 @@ pub struct ConnectionStats {
     pub rate_estimate: u64,
     /// See `rate_estimate`.
     pub rate_estimate_at: Option<std::time::Instant>,
+    /// The latest router rate the peer echoed for the primary path (explicit rate, F12),
+    /// bytes per second; `None` when no router lowered it or no rate area is sent.
+    pub feedback_rate: Option<u64>,
+    /// RateEcho frames sent (we echo routers' rates on the peer's packets) and received
+    /// (the peer echoes them on ours), every path.
+    pub rate_echoes_sent: u64,
+    /// See `rate_echoes_sent`.
+    pub rate_echoes_received: u64,
 }

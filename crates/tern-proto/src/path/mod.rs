@@ -101,6 +101,8 @@ pub(crate) struct Path {
     pub(crate) probe_tx: probe::ProbeSender,
     /// Probe trains the peer sends on this path, and our reports on them.
     pub(crate) probe_rx: probe::ProbeReceiver,
+    /// Explicit rate (F12): feedback seen and echoed on this path.
+    pub(crate) rate: crate::connection::rate::PathRate,
 }
 
 /// The sender's side of AckFrequency (PROTOCOL.md §11.1): the threshold it last asked for.
@@ -221,7 +223,15 @@ impl Path {
             },
             probe_tx: probe::ProbeSender::default(),
             probe_rx: probe::ProbeReceiver::default(),
+            rate: Default::default(),
         }
+    }
+
+    /// Hands the application's expected rate to the path's controller (and keeps it for a
+    /// controller built afresh).
+    pub(crate) fn set_expected_rate(&mut self, bytes_per_second: Option<u64>) {
+        self.rate.expected = bytes_per_second;
+        self.cc.on_expected_rate(bytes_per_second);
     }
 
     /// The path now runs over another network path (an address of either end changed):
@@ -243,6 +253,9 @@ impl Path {
         );
         self.rtt = fresh.rtt;
         self.cc = fresh.cc;
+        self.cc.on_expected_rate(self.rate.expected);
+        // Echoes of the old network path's routers say nothing about the new one.
+        self.rate.echoed = None;
         self.pacer = fresh.pacer;
         self.ecn = fresh.ecn;
         self.pacing_until = None;
@@ -328,6 +341,10 @@ impl Path {
             packets_sent: self.sent.next_pn,
             rate_estimate: self.probe_tx.estimate.map(|e| e.0),
             rate_estimate_at: self.probe_tx.estimate.map(|e| e.1),
+            feedback_rate: self.rate.stamped(),
+            feedback_rate_at: self.rate.echoed.map(|e| e.1),
+            rate_echoes_sent: self.rate.echoes_sent,
+            rate_echoes_received: self.rate.echoes_received,
         }
     }
 }
@@ -367,4 +384,13 @@ pub struct PathStats {
     pub rate_estimate: Option<u64>,
     /// When that estimate arrived.
     pub rate_estimate_at: Option<std::time::Instant>,
+    /// The latest router rate the peer echoed for this path (explicit rate, F12), bytes per
+    /// second; `None` when no router lowered it or no rate area is sent.
+    pub feedback_rate: Option<u64>,
+    /// When the latest RateEcho for this path arrived (stamped or not).
+    pub feedback_rate_at: Option<std::time::Instant>,
+    /// RateEcho frames we sent about this path (echoing the peer's packets).
+    pub rate_echoes_sent: u64,
+    /// RateEcho frames the peer sent about this path (echoing ours).
+    pub rate_echoes_received: u64,
 }
