@@ -65,6 +65,7 @@ pub mod message;
 pub(crate) mod path;
 pub mod qlog;
 pub mod recovery;
+pub mod router;
 pub mod wire;
 
 pub use config::{ConnectionConfig, EndpointConfig, FlowConfig, RetryPolicy};
