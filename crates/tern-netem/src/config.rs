@@ -474,6 +474,13 @@ impl fmt::Display for DirectionConfig {
         if let Some(mtu) = self.mtu {
             write!(f, " mtu {mtu} B")?;
         }
+        if let Some(r) = &self.router {
+            write!(
+                f,
+                " router ncr (α {} interval {:?} rtt {:?} cid {})",
+                r.target_utilisation, r.interval, r.control_rtt, r.cid_len
+            )?;
+        }
         if self.reorder > 0.0 {
             write!(
                 f,
