@@ -234,7 +234,7 @@ fn dur(s: &str) -> Result<Duration> {
 /// Builds the emulation config from the flags.
 fn emulation_config(a: &UpArgs, links: &[String]) -> Result<EmulationConfig> {
     let mut base = DirectionConfig::default();
-    let flags: [(&str, Option<String>); 14] = [
+    let flags: [(&str, Option<String>); 15] = [
         ("delay", a.delay.clone()),
         ("jitter", a.jitter.clone()),
         ("rate", a.rate.clone()),
