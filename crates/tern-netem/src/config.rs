@@ -86,6 +86,11 @@ pub struct DirectionConfig {
     /// Seed of the random draws, mixed with the link's name and direction (so directions never
     /// share a sequence); `None` is seed 0. Runs with the same seeds draw the same losses.
     pub seed: Option<u64>,
+    /// `router=ncr`: the F12 explicit-rate router (`tern_proto::router`) at the queue's
+    /// entrance, lowering the Feedback Rate of tern packets (see [`crate::ncr`]). Its capacity
+    /// is the direction's rate (a trace's rate over the last 100 ms), not `capacity_bps`.
+    /// `None`: no router. Tuned by `ncr_alpha=`, `ncr_interval=`, `ncr_rtt=`, `ncr_cid=`.
+    pub router: Option<tern_proto::router::RouterConfig>,
 }
 
 impl Default for DirectionConfig {
@@ -106,6 +111,7 @@ impl Default for DirectionConfig {
             up: true,
             mtu: None,
             seed: None,
+            router: None,
         }
     }
 }
@@ -113,7 +119,8 @@ impl Default for DirectionConfig {
 /// Keys understood by [`DirectionConfig::set`], for help texts.
 pub const KEYS: &str = "delay=20ms jitter=1ms rate=10mbit trace=FILE loss=1% \
 ge=P_GB,P_BG[,LOSS_GOOD,LOSS_BAD] bursty=LOSS,MEAN_BURST outage=AT+FOR[/EVERY]|off \
-fade=MEAN_GOOD,MEAN_BAD[,LOSS_BAD]|off queue=100kB|64pkt|50ms|unlimited reorder=P,DELAY duplicate=P corrupt=P ecn=30kB|20pkt|5ms|bleach|ect1|off mtu=9000|off seed=N up=true|false";
+fade=MEAN_GOOD,MEAN_BAD[,LOSS_BAD]|off queue=100kB|64pkt|50ms|unlimited reorder=P,DELAY duplicate=P corrupt=P ecn=30kB|20pkt|5ms|bleach|ect1|off mtu=9000|off seed=N up=true|false router=ncr|off \
+ncr_alpha=0.98 ncr_interval=10ms ncr_rtt=100ms ncr_cid=8";
 
 impl DirectionConfig {
     /// A pass-through direction (no delay, no loss, unlimited rate).
@@ -222,6 +229,42 @@ impl DirectionConfig {
                         .parse()
                         .map_err(|_| Error::Parse(format!("seed={value}: not a number")))?,
                 )
+            }
+            "router" => {
+                self.router = match value.trim() {
+                    "ncr" | "on" => Some(self.router.take().unwrap_or_default()),
+                    "off" | "none" => None,
+                    v => return Err(Error::Parse(format!("router={v}: want ncr or off"))),
+                }
+            }
+            // Tuning keys turn the router on (with the other constants at their defaults).
+            "ncr_alpha" => {
+                let alpha = units::parse_probability(value)?;
+                if alpha <= 0.0 {
+                    return Err(Error::Parse(format!(
+                        "ncr_alpha={value}: want a target utilisation in (0, 1]"
+                    )));
+                }
+                self.router
+                    .get_or_insert_with(Default::default)
+                    .target_utilisation = alpha;
+            }
+            "ncr_interval" => {
+                let t = units::parse_duration(value)?;
+                self.router.get_or_insert_with(Default::default).interval = t;
+            }
+            "ncr_rtt" => {
+                let d = units::parse_duration(value)?;
+                self.router.get_or_insert_with(Default::default).control_rtt = d;
+            }
+            "ncr_cid" => {
+                let len: usize = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|l| *l <= tern_proto::wire::MAX_CID_LEN)
+                    .ok_or_else(|| Error::Parse(format!("ncr_cid={value}: want 0 to 20 bytes")))?;
+                self.router.get_or_insert_with(Default::default).cid_len = len;
             }
             "up" => {
                 self.up = match value.trim() {
@@ -430,6 +473,13 @@ impl fmt::Display for DirectionConfig {
         }
         if let Some(mtu) = self.mtu {
             write!(f, " mtu {mtu} B")?;
+        }
+        if let Some(r) = &self.router {
+            write!(
+                f,
+                " router ncr (α {} interval {:?} rtt {:?} cid {})",
+                r.target_utilisation, r.interval, r.control_rtt, r.cid_len
+            )?;
         }
         if self.reorder > 0.0 {
             write!(

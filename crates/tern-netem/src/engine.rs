@@ -5,10 +5,18 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
+use std::time::Duration;
+
+use tern_proto::router::{Router, RouterStats, Stamp};
 use tern_sim::{Datagram, Link, Verdict};
 
 use crate::config::DirectionConfig;
-use crate::shaper::{QueueSample, Shaper};
+use crate::shaper::{QueueSample, RateModel, Shaper};
+
+/// A trace's capacity for the router is its rate over this much of the past: long enough to
+/// hold many delivery opportunities (mahimahi traces have one per 1 ms slot at most), short
+/// against the router's control round trip.
+const TRACE_RATE_WINDOW: Duration = Duration::from_millis(100);
 
 /// Counters and queue state of one direction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,6 +64,12 @@ pub struct DirectionStats {
     pub ce_marked: u64,
     /// Time each accepted packet spent in the drop-tail queue (mean, percentiles).
     pub queue_delay: crate::shaper::DelayHistogram,
+    /// Packets whose Feedback Rate the `router=ncr` router lowered.
+    pub rate_stamped: u64,
+    /// The router's rate for a flow of weight 1 (`R`), bit/s; `None` without a router.
+    pub router_rate_bps: Option<u64>,
+    /// Flows the router tracks.
+    pub router_flows: usize,
 }
 
 /// Shaper + link model for one direction.
@@ -73,6 +87,10 @@ pub struct DirectionEngine {
     dropped_mtu: u64,
     dropped_mtu_bytes: u64,
     ce_marked: u64,
+    /// The `router=ncr` router, built when the first packet reaches the queue.
+    router: Option<Router>,
+    rate_stamped: u64,
+    epoch: Instant,
 }
 
 /// Placeholder addresses: the link model only carries them along.
@@ -96,6 +114,9 @@ impl DirectionEngine {
             dropped_mtu: 0,
             dropped_mtu_bytes: 0,
             ce_marked: 0,
+            router: None,
+            rate_stamped: 0,
+            epoch,
         }
     }
 
@@ -109,7 +130,62 @@ impl DirectionEngine {
         self.shaper
             .reconfigure(config.rate.clone(), config.queue_limit());
         self.link.set_config(config.link_config());
+        // A new tuning starts a new router; the same one keeps its state (capacity aside,
+        // which follows the rate on every packet).
+        let same = |r: &Router, c: &tern_proto::router::RouterConfig| {
+            r.config().clone().with_capacity(0) == c.clone().with_capacity(0)
+        };
+        match (&self.router, &config.router) {
+            (Some(r), Some(c)) if same(r, c) => {}
+            _ => self.router = None,
+        }
         self.config = config;
+    }
+
+    /// The router's state, if `router=ncr` is on and a packet has reached the queue.
+    pub fn router_stats(&self) -> Option<RouterStats> {
+        self.router.as_ref().map(Router::stats)
+    }
+
+    /// The capacity the router is given at `now`: the rate, or the trace's rate over the last
+    /// [`TRACE_RATE_WINDOW`]; `None` when unlimited (no router: no bottleneck to share).
+    fn capacity(&self, now: Instant) -> Option<u64> {
+        match self.shaper.rate() {
+            RateModel::Unlimited => None,
+            RateModel::Constant(bps) => Some(*bps),
+            RateModel::Trace(trace) => {
+                let to = now.saturating_duration_since(self.epoch);
+                let from = to.saturating_sub(TRACE_RATE_WINDOW);
+                let window = (to - from).max(Duration::from_millis(1));
+                let bytes = trace.capacity_bytes_between(from, to);
+                let bps = u128::from(bytes) * 8 * 1_000_000_000 / window.as_nanos();
+                Some(u64::try_from(bps).unwrap_or(u64::MAX))
+            }
+        }
+    }
+
+    /// Runs the router on a packet entering the queue at `now`.
+    fn route(&mut self, now: Instant, packet: &mut [u8]) {
+        let Some(config) = &self.config.router else {
+            return;
+        };
+        let Some(capacity) = self.capacity(now) else {
+            return;
+        };
+        let queued = self.shaper.queue(now).0;
+        let router = self
+            .router
+            .get_or_insert_with(|| Router::new(config.clone().with_capacity(capacity), now));
+        if router.config().capacity_bps != capacity {
+            router.set_capacity(capacity, now);
+        }
+        router.tick(now, queued);
+        if matches!(
+            crate::ncr::offer(router, now, packet),
+            Stamp::Lowered { .. }
+        ) {
+            self.rate_stamped += 1;
+        }
     }
 
     /// Starts or stops the queue-length trace.
@@ -161,6 +237,7 @@ impl DirectionEngine {
                 self.ce_marked += 1;
             }
         }
+        self.route(now, &mut packet);
         let Some(departure) = self.shaper.offer(packet.len(), now) else {
             return 0;
         };
@@ -198,6 +275,12 @@ impl DirectionEngine {
             max_queue_packets: s.max_packets,
             ce_marked: self.ce_marked,
             queue_delay: s.queue_delay,
+            rate_stamped: self.rate_stamped,
+            router_rate_bps: self
+                .router
+                .as_ref()
+                .map(|r| r.rate_per_weight_bps().round() as u64),
+            router_flows: self.router.as_ref().map_or(0, |r| r.stats().flows),
             ..DirectionStats::default()
         }
     }
@@ -309,5 +392,176 @@ mod tests {
         assert!(lost > 900, "{lost}");
         e.reconfigure(config("fade=off"));
         assert_eq!(e.offer(vec![0; 100], t0 + ms(2000), |_, _| {}), 1);
+    }
+
+    /// The Internet checksum of `data` (RFC 1071), folded, not complemented.
+    fn sum16(data: &[u8], mut sum: u32) -> u32 {
+        for w in data.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum
+    }
+
+    /// Whether the UDP checksum of an IPv4 packet (20-byte header) verifies.
+    fn udp4_checksum_ok(p: &[u8]) -> bool {
+        let udp = &p[20..];
+        let mut pseudo = Vec::new();
+        pseudo.extend_from_slice(&p[12..20]);
+        pseudo.extend_from_slice(&[0, 17]);
+        pseudo.extend_from_slice(&(udp.len() as u16).to_be_bytes());
+        sum16(udp, sum16(&pseudo, 0)) == 0xffff
+    }
+
+    /// An IPv4/UDP packet carrying `payload`, with valid header and UDP checksums (or a zero
+    /// UDP checksum when `checksum` is false).
+    fn udp4(payload: &[u8], checksum: bool) -> Vec<u8> {
+        let total = (20 + 8 + payload.len()) as u16;
+        let mut p = vec![
+            0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        p[2..4].copy_from_slice(&total.to_be_bytes());
+        let h = !(sum16(&p, 0) as u16);
+        p[10..12].copy_from_slice(&h.to_be_bytes());
+        p.extend_from_slice(&4433u16.to_be_bytes());
+        p.extend_from_slice(&5000u16.to_be_bytes());
+        p.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        p.extend_from_slice(&[0, 0]);
+        p.extend_from_slice(payload);
+        if checksum {
+            let mut pseudo = Vec::new();
+            pseudo.extend_from_slice(&p[12..20]);
+            pseudo.extend_from_slice(&[0, 17]);
+            pseudo.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+            let mut c = !(sum16(&p[20..], sum16(&pseudo, 0)) as u16);
+            if c == 0 {
+                c = 0xffff;
+            }
+            p[26..28].copy_from_slice(&c.to_be_bytes());
+        }
+        p
+    }
+
+    /// A tern short-header payload with a rate area; `cid_len` moves the field's alignment.
+    fn tern(cid_len: usize, expected_kbps: u32) -> Vec<u8> {
+        use tern_proto::wire::{ConnectionId, RateArea, ShortHeader, NO_RATE_LIMIT};
+        let h = ShortHeader::new(
+            ConnectionId::new(&vec![0x3c; cid_len]).unwrap(),
+            0,
+            false,
+            0x1234,
+            None,
+            Some(RateArea {
+                expected_kbps,
+                feedback_kbps: NO_RATE_LIMIT,
+            }),
+        );
+        let mut b = Vec::new();
+        h.encode(&mut b);
+        b.resize(b.len() + 40, 0xe7);
+        b
+    }
+
+    #[test]
+    fn ncr_lowers_the_feedback_rate_and_keeps_the_udp_checksum_valid() {
+        use tern_proto::wire::read_feedback_rate;
+        let t0 = origin();
+        let mut e = DirectionEngine::new(config("rate=1mbit,router=ncr"), 1, t0);
+        let mut got = Vec::new();
+        // 8- and 7-byte CIDs: the field at an even and at an odd offset.
+        for (cid_len, expected) in [(8, u32::MAX), (8, 300), (7, u32::MAX)] {
+            let mut c = config("rate=1mbit,router=ncr");
+            if cid_len != 8 {
+                c.apply(&format!("ncr_cid={cid_len}")).unwrap();
+                e = DirectionEngine::new(c, 1, t0);
+            }
+            let p = udp4(&tern(cid_len, expected), true);
+            assert!(udp4_checksum_ok(&p));
+            e.offer(p, t0, |_, d| got.push((cid_len, d)));
+        }
+        let rates: Vec<_> = got
+            .iter()
+            .map(|(l, d)| read_feedback_rate(&d[28..], *l).unwrap())
+            .collect();
+        // α·C; the same flow now declaring 300 kbit/s (weight 0.3: 0.3·α·C); a fresh router
+        // for the 7-byte CID.
+        assert_eq!(rates, vec![980, 294, 980]);
+        for (_, d) in &got {
+            assert!(udp4_checksum_ok(d), "checksum after the rewrite");
+            assert_eq!(crate::ecn::get(d), Some(0));
+        }
+        let s = e.stats(t0);
+        assert_eq!((s.rate_stamped, s.router_flows), (1, 1));
+        assert_eq!(s.router_rate_bps, Some(980_000));
+    }
+
+    #[test]
+    fn ncr_leaves_zero_checksums_other_udp_and_garbage_alone() {
+        use tern_proto::wire::read_feedback_rate;
+        let t0 = origin();
+        let mut e = DirectionEngine::new(config("rate=10mbit,router=ncr"), 1, t0);
+        let mut got = Vec::new();
+        // No UDP checksum: the field is lowered, the checksum stays zero.
+        e.offer(udp4(&tern(8, u32::MAX), false), t0, |_, d| got.push(d));
+        assert_eq!(read_feedback_rate(&got[0][28..], 8), Some(9800));
+        assert_eq!(&got[0][26..28], &[0, 0]);
+        // Non-tern UDP (a DNS-like payload), TCP, a fragment: untouched.
+        let dns = udp4(&[0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0], true);
+        let mut tcp = udp4(&tern(8, u32::MAX), true);
+        tcp[9] = 6;
+        let mut fragment = udp4(&tern(8, u32::MAX), true);
+        fragment[6] = 0x20; // more fragments
+        for p in [dns, tcp, fragment] {
+            let mut out = None;
+            e.offer(p.clone(), t0, |_, d| out = Some(d));
+            assert_eq!(out.as_ref(), Some(&p));
+        }
+        // Garbage of every short length and random bytes: no panic; what comes out is what
+        // went in unless it parsed as IPv4/UDP carrying a rated tern packet.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for n in 0..3000usize {
+            let len = n % 200;
+            let mut p: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            if n % 3 == 0 && len > 0 {
+                p[0] = 0x45;
+            }
+            if n % 3 == 1 && len > 0 {
+                p[0] = 0x60;
+            }
+            e.offer(p, t0 + Duration::from_micros(n as u64), |_, _| {});
+        }
+        let s = e.stats(t0 + Duration::from_millis(10));
+        assert_eq!(s.rate_stamped, 1);
+    }
+
+    #[test]
+    fn ncr_settings_parse() {
+        let c = config("router=ncr");
+        assert_eq!(c.router, Some(tern_proto::router::RouterConfig::default()));
+        let c = config("ncr_alpha=95%,ncr_interval=20ms,ncr_rtt=150ms,ncr_cid=4");
+        let r = c.router.expect("tuning turns it on");
+        assert_eq!(r.target_utilisation, 0.95);
+        assert_eq!(r.interval, Duration::from_millis(20));
+        assert_eq!(r.control_rtt, Duration::from_millis(150));
+        assert_eq!(r.cid_len, 4);
+        assert!(config("ncr_alpha=95%,router=off").router.is_none());
+        let mut c = DirectionConfig::default();
+        assert!(c.apply("router=magic").is_err());
+        assert!(c.apply("ncr_cid=21").is_err());
+        assert!(c.apply("ncr_alpha=0").is_err());
+        // An unlimited direction has no capacity to share: no router runs.
+        let t0 = origin();
+        let mut e = DirectionEngine::new(config("router=ncr"), 1, t0);
+        e.offer(udp4(&tern(8, u32::MAX), true), t0, |_, _| {});
+        assert!(e.router_stats().is_none());
     }
 }

@@ -45,6 +45,7 @@ pub mod config;
 pub mod ecn;
 pub mod emulator;
 pub mod engine;
+pub mod ncr;
 pub mod probe;
 pub mod shaper;
 pub mod topology;

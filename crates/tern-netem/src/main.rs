@@ -110,6 +110,11 @@ struct UpArgs {
     /// `bleach` / `ect1` to rewrite every packet's ECN bits.
     #[arg(long)]
     ecn: Option<String>,
+    /// F12 explicit-rate router on every direction: `ncr` (NC-TCP's rate computation,
+    /// tern_proto::router; tuned by ncr_alpha=, ncr_interval=, ncr_rtt=, ncr_cid= in
+    /// --up/--down/--set) or `off`.
+    #[arg(long)]
+    router: Option<String>,
     /// Duplication probability.
     #[arg(long)]
     duplicate: Option<String>,
@@ -229,7 +234,7 @@ fn dur(s: &str) -> Result<Duration> {
 /// Builds the emulation config from the flags.
 fn emulation_config(a: &UpArgs, links: &[String]) -> Result<EmulationConfig> {
     let mut base = DirectionConfig::default();
-    let flags: [(&str, Option<String>); 14] = [
+    let flags: [(&str, Option<String>); 15] = [
         ("delay", a.delay.clone()),
         ("jitter", a.jitter.clone()),
         ("rate", a.rate.clone()),
@@ -242,6 +247,7 @@ fn emulation_config(a: &UpArgs, links: &[String]) -> Result<EmulationConfig> {
         ("queue", a.queue.clone()),
         ("reorder", a.reorder.clone()),
         ("ecn", a.ecn.clone()),
+        ("router", a.router.clone()),
         ("duplicate", a.duplicate.clone()),
         ("corrupt", a.corrupt.clone()),
     ];
@@ -305,7 +311,7 @@ fn print_stats(emu: &Emulator, elapsed: Duration) {
                 eprintln!(
                     "tern-netem: {link} {dir:<4}: offered {} pkt, delivered {} ({}), dropped \
                      queue {} loss {} down {} outage {} mtu {}, CE-marked {}, queue now {} B/{} pkt, \
-                     max {} B/{} pkt",
+                     max {} B/{} pkt{}",
                     s.offered,
                     s.written,
                     format_rate(s.written_bytes as f64 * 8.0 / secs),
@@ -318,7 +324,16 @@ fn print_stats(emu: &Emulator, elapsed: Duration) {
                     s.queue_bytes,
                     s.queue_packets,
                     s.max_queue_bytes,
-                    s.max_queue_packets
+                    s.max_queue_packets,
+                    match s.router_rate_bps {
+                        Some(r) => format!(
+                            ", router: {} per unit weight, {} flows, {} stamped",
+                            format_rate(r as f64),
+                            s.router_flows,
+                            s.rate_stamped
+                        ),
+                        None => String::new(),
+                    }
                 );
             }
             Err(e) => eprintln!("tern-netem: {link} {dir}: {e}"),

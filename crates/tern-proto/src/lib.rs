@@ -14,7 +14,8 @@
 //!   them, with per-flow and per-connection credit.
 //! - [`wire`] is the wire format of docs/PROTOCOL.md; [`crypto`] the Noise handshake and
 //!   packet protection; [`recovery`] ACKs, NACKs and loss detection; [`cc`] the pluggable
-//!   congestion controllers and the pacer.
+//!   congestion controllers and the pacer; [`router`] the F12 explicit-rate router that
+//!   `tern-sim` and `tern-netem` run on links.
 //!
 //! What is implemented and what is not is listed in the README's feature table.
 //!
@@ -65,6 +66,7 @@ pub mod message;
 pub(crate) mod path;
 pub mod qlog;
 pub mod recovery;
+pub mod router;
 pub mod wire;
 
 pub use config::{ConnectionConfig, EndpointConfig, FlowConfig, RetryPolicy};

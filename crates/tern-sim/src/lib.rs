@@ -19,15 +19,15 @@
 //! # Pieces
 //!
 //! - [`Link`] / [`LinkConfig`] — one direction: rate, drop-tail queue, delay, order-preserving
-//!   jitter, reordering, random or Gilbert–Elliott loss, duplication, corruption, MTU. Presets
+//!   jitter, reordering, random or Gilbert–Elliott loss, duplication, corruption, MTU, and an
+//!   optional F12 router at the queue ([`LinkConfig::with_router`], `tern_proto::router`). Presets
 //!   [`LinkConfig::lte`], [`LinkConfig::fiveg`], [`LinkConfig::wifi`] follow DESIGN.md §3.
 //! - [`Simulation`] — hosts (a node plus the IPs it owns), links keyed by `(src IP, dst IP)`,
 //!   scripted actions ([`Simulation::schedule`]), address changes, and the run methods.
 //! - [`Recorder`] and [`Summary`] — time series for tests and the end-of-run report
 //!   ("simulated X in Y wall" plus per-link counters).
 //!
-//! Not implemented yet: trace-driven (mahimahi) link rates, routers with F12 feedback,
-//! multi-hop forwarding (a datagram crosses exactly one link; build multi-path topologies from
+//! Not implemented yet: trace-driven (mahimahi) link rates, multi-hop forwarding (a datagram crosses exactly one link; build multi-path topologies from
 //! several addresses per host instead).
 //!
 //! # Replaying a failure

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use tern_proto::router::{Router, RouterConfig, RouterStats};
+
 use crate::sim::Datagram;
 
 /// How a link loses datagrams on the wire (after the queue: a lost datagram still used its share
@@ -264,6 +266,12 @@ pub struct LinkConfig {
     pub outage: Option<Outage>,
     /// Time-based good/bad loss (see [`Fade`]); `None`: no fades.
     pub fade: Option<Fade>,
+    /// An F12 router at the entrance of the queue (DESIGN.md F12, PROTOCOL.md §13): every
+    /// datagram that reaches the queue is offered to [`tern_proto::router::Router`], which
+    /// counts it as load and lowers the Feedback Rate of tern packets that carry one. The
+    /// router's capacity is the link's `rate_bps` (its `capacity_bps` is ignored), kept in
+    /// step when the rate changes. `None`, or a link without a rate limit: no router.
+    pub router: Option<RouterConfig>,
 }
 
 impl Default for LinkConfig {
@@ -301,6 +309,7 @@ impl LinkConfig {
             ecn_rewrite: None,
             outage: None,
             fade: None,
+            router: None,
         }
     }
 
@@ -471,6 +480,13 @@ impl LinkConfig {
         self.fade = Some(fade);
         self
     }
+
+    /// Runs an F12 router on the link (see [`LinkConfig::router`]).
+    #[must_use]
+    pub fn with_router(mut self, router: RouterConfig) -> Self {
+        self.router = Some(router);
+        self
+    }
 }
 
 /// Why a link dropped a datagram.
@@ -529,6 +545,8 @@ pub struct LinkStats {
     pub bytes: u64,
     /// Datagrams marked CE by the link's AQM.
     pub ce_marked: u64,
+    /// Datagrams whose Feedback Rate the link's router lowered (see [`Link::router_stats`]).
+    pub rate_stamped: u64,
 }
 
 impl LinkStats {
@@ -546,7 +564,7 @@ impl fmt::Display for LinkStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "sent {} delivered {} ({} B) dropped queue/loss/mtu/down/outage {}/{}/{}/{}/{} dup {} corrupt {} ce {}",
+            "sent {} delivered {} ({} B) dropped queue/loss/mtu/down/outage {}/{}/{}/{}/{} dup {} corrupt {} ce {} rate-stamped {}",
             self.sent,
             self.delivered,
             self.bytes,
@@ -557,7 +575,8 @@ impl fmt::Display for LinkStats {
             self.dropped_outage,
             self.duplicated,
             self.corrupted,
-            self.ce_marked
+            self.ce_marked,
+            self.rate_stamped
         )
     }
 }
@@ -611,6 +630,9 @@ pub struct Link {
     fade_until: Option<Duration>,
     stats: LinkStats,
     queue_trace: Option<Vec<(Duration, usize)>>,
+    /// The F12 router, built from [`LinkConfig::router`] when the first datagram reaches the
+    /// queue (so that its first interval starts then).
+    router: Option<Router>,
 }
 
 impl Link {
@@ -646,6 +668,7 @@ impl Link {
             fade_until: None,
             stats: LinkStats::default(),
             queue_trace: None,
+            router: None,
         }
     }
 
@@ -735,6 +758,39 @@ impl Link {
     /// Counters so far.
     pub fn stats(&self) -> &LinkStats {
         &self.stats
+    }
+
+    /// The F12 router's state and counters, if the link runs one and it has seen a datagram.
+    pub fn router_stats(&self) -> Option<RouterStats> {
+        self.router.as_ref().map(Router::stats)
+    }
+
+    /// The F12 router itself (per-flow rates, for tests), under the same conditions.
+    pub fn router(&self) -> Option<&Router> {
+        self.router.as_ref()
+    }
+
+    /// Offers `data` to the router, if the configuration asks for one, at `now` with the
+    /// current backlog: built on first use, dropped when the configuration removes it, and its
+    /// capacity kept equal to the link's rate.
+    fn route(&mut self, now: Instant, rate: u64, data: &mut [u8]) {
+        let Some(config) = &self.config.router else {
+            self.router = None;
+            return;
+        };
+        let router = self
+            .router
+            .get_or_insert_with(|| Router::new(config.clone().with_capacity(rate), now));
+        if router.config().capacity_bps != rate {
+            router.set_capacity(rate, now);
+        }
+        router.tick(now, self.backlog_bytes);
+        if matches!(
+            router.on_datagram(now, data),
+            tern_proto::router::Stamp::Lowered { .. }
+        ) {
+            self.stats.rate_stamped += 1;
+        }
     }
 
     /// Starts (or stops and discards) recording the queue length on every enqueue and dequeue.
@@ -846,6 +902,9 @@ impl Link {
             None => now,
             Some(0) => return self.drop(DropReason::Queue),
             Some(rate) => {
+                // The router sees every datagram that reaches the queue, including the ones
+                // the queue then drops: they are offered load all the same.
+                self.route(now, rate, &mut dgram.data);
                 if self.backlog_bytes.saturating_add(size) > self.config.queue_limit_bytes {
                     return self.drop(DropReason::Queue);
                 }
@@ -1614,6 +1673,7 @@ mod tests {
                         Duration::from_millis(50),
                     )),
                     fade: fading.then(|| Fade::new(Duration::from_millis(30), Duration::from_millis(5))),
+                    router: None,
                 };
                 let mut link = Link::new(cfg, seed, epoch);
                 link.set_queue_trace(true);
@@ -1644,5 +1704,145 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A tern short-header datagram of `size` bytes for DCID `cid` with a rate area.
+    fn rated(cid: u8, expected_kbps: u32, size: usize) -> Vec<u8> {
+        use tern_proto::wire::{ConnectionId, RateArea, ShortHeader, NO_RATE_LIMIT};
+        let header = ShortHeader::new(
+            ConnectionId::new(&[cid; 8]).unwrap(),
+            0,
+            false,
+            7,
+            None,
+            Some(RateArea {
+                expected_kbps,
+                feedback_kbps: NO_RATE_LIMIT,
+            }),
+        );
+        let mut data = Vec::new();
+        header.encode(&mut data);
+        data.resize(size, 0x5a);
+        data
+    }
+
+    #[test]
+    fn a_routed_link_lowers_feedback_rates_and_leaves_other_datagrams_alone() {
+        use tern_proto::router::RouterConfig;
+        use tern_proto::wire::read_feedback_rate;
+        let epoch = origin();
+        // 1 Mbit/s; the router's own capacity setting is replaced by the link's rate.
+        let cfg = LinkConfig::new(1_000_000, Duration::from_millis(10))
+            .with_queue_limit(1_000_000)
+            .with_router(RouterConfig::new(123));
+        let mut link = Link::new(cfg, 1, epoch);
+        assert!(link.router_stats().is_none(), "built on first use");
+        let mut out = Vec::new();
+        fn offer(link: &mut Link, data: Vec<u8>, at: Instant, out: &mut Vec<Vec<u8>>) {
+            let d = Datagram {
+                data,
+                ..dgram(0, 8)
+            };
+            link.process(d, at, |_, d| out.push(d.data));
+        }
+        // Two flows, one expecting 200 kbit/s (weight 0.2), one unset (weight 1), then plain
+        // bytes that only count as load.
+        offer(&mut link, rated(1, u32::MAX, 1200), epoch, &mut out);
+        offer(&mut link, rated(2, 200, 1200), epoch, &mut out);
+        let plain = vec![0x80; 1200];
+        offer(&mut link, plain.clone(), epoch, &mut out);
+        let first = read_feedback_rate(&out[0], 8).unwrap();
+        let second = read_feedback_rate(&out[1], 8).unwrap();
+        assert_eq!(first, 980, "α·C for the first flow");
+        assert_eq!(second, 163, "0.2 · α·C / 1.2 for the second");
+        assert_eq!(out[2], plain, "non-tern payload untouched");
+        let s = link.router_stats().unwrap();
+        assert_eq!(
+            (s.capacity_bps, s.datagrams, s.rated, s.stamped, s.flows),
+            (1_000_000, 3, 2, 2, 2)
+        );
+        assert_eq!(link.stats().rate_stamped, 2);
+        assert!(link.stats().to_string().contains("rate-stamped 2"));
+        // A rate change reaches the router.
+        link.config_mut().rate_bps = Some(500_000);
+        offer(
+            &mut link,
+            rated(1, u32::MAX, 1200),
+            epoch + Duration::from_millis(5),
+            &mut out,
+        );
+        assert_eq!(link.router_stats().unwrap().capacity_bps, 500_000);
+        // An unrouted link leaves the field alone.
+        let mut bare = Link::new(LinkConfig::new(1_000_000, Duration::ZERO), 1, epoch);
+        let mut got = Vec::new();
+        bare.process(
+            Datagram {
+                data: rated(1, u32::MAX, 1200),
+                ..dgram(0, 8)
+            },
+            epoch,
+            |_, d| got.push(d.data),
+        );
+        assert_eq!(read_feedback_rate(&got[0], 8), Some(u32::MAX));
+        assert!(bare.router_stats().is_none());
+    }
+
+    #[test]
+    fn routed_link_converges_paced_flows_to_equal_shares() {
+        // Three senders pacing at the rate stamped on their packets one RTT (100 ms) earlier,
+        // through a 1 Mbit/s routed link: each ends near α·C/3.
+        use tern_proto::router::RouterConfig;
+        use tern_proto::wire::read_feedback_rate;
+        let epoch = origin();
+        let cfg = LinkConfig::new(1_000_000, Duration::from_millis(20))
+            .with_queue_limit(100_000)
+            .with_router(RouterConfig::default());
+        let mut link = Link::new(cfg, 3, epoch);
+        let mut rate = [200_000.0f64; 3];
+        let mut next = [
+            Duration::ZERO,
+            Duration::from_millis(3),
+            Duration::from_millis(7),
+        ];
+        let mut echoes: VecDeque<(Duration, usize, u32)> = VecDeque::new();
+        let mut bytes = [0u64; 3];
+        let end = Duration::from_secs(20);
+        loop {
+            let (i, t) = next
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|&(_, t)| t)
+                .unwrap();
+            if t >= end {
+                break;
+            }
+            while echoes.front().is_some_and(|e| e.0 <= t) {
+                let (_, f, k) = echoes.pop_front().unwrap();
+                rate[f] = f64::from(k) * 1000.0;
+            }
+            let d = Datagram {
+                data: rated(i as u8 + 1, u32::MAX, 1200),
+                ..dgram(0, 8)
+            };
+            link.process(d, epoch + t, |at, d| {
+                let k = read_feedback_rate(&d.data, 8).unwrap();
+                echoes.push_back((at - epoch + Duration::from_millis(80), i, k));
+                if t >= Duration::from_secs(10) {
+                    bytes[i] += d.data.len() as u64;
+                }
+            });
+            next[i] = t + Duration::from_secs_f64(9600.0 / rate[i]);
+        }
+        for b in bytes {
+            let bps = b as f64 * 8.0 / 10.0;
+            assert!((bps / 326_667.0 - 1.0).abs() < 0.05, "{bps}");
+        }
+        let s = link.router_stats().unwrap();
+        assert!(
+            (s.rate_per_weight_bps / 326_667.0 - 1.0).abs() < 0.05,
+            "{s}"
+        );
+        assert_eq!(link.stats().dropped_queue, 0);
     }
 }

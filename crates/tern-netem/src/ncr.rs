@@ -1,0 +1,117 @@
+//! `router=ncr`: the F12 explicit-rate router (`tern_proto::router`, NC-TCP's rate computation)
+//! on the raw IP packets of one emulated direction.
+//!
+//! Packets come from a TUN device, so this module finds the UDP payload itself: IPv4 (any IHL,
+//! not a fragment) or IPv6 without extension headers, protocol UDP, lengths consistent with
+//! the packet. Anything else — TCP, ICMP, fragments, truncated or malformed headers — is only
+//! counted as load, never touched and never a panic. The router sees whole IP packets as load
+//! (the payload through `on_datagram`, the IP and UDP headers through `on_other`), so its
+//! capacity is in the same unit as the shaper's rate: IP bytes.
+//!
+//! Rewriting the four bytes of a Feedback Rate invalidates the UDP checksum, which covers the
+//! payload; it is updated incrementally (RFC 1624, eqn. 3) over the 16-bit words that changed.
+//! A zero IPv4 UDP checksum means "none" and stays zero.
+
+use std::time::Instant;
+
+use tern_proto::router::{Router, Stamp};
+
+const UDP: u8 = 17;
+const UDP_HEADER: usize = 8;
+const IPV6_HEADER: usize = 40;
+
+/// Where the UDP segment of an IP packet is: `(udp_start, udp_end, is_ipv6)`.
+fn udp_segment(packet: &[u8]) -> Option<(usize, usize, bool)> {
+    let first = *packet.first()?;
+    let (start, end, v6) = match first >> 4 {
+        4 => {
+            let ihl = usize::from(first & 0x0f) * 4;
+            let total = usize::from(u16::from_be_bytes([*packet.get(2)?, *packet.get(3)?]));
+            let flags_fragment = u16::from_be_bytes([*packet.get(6)?, *packet.get(7)?]);
+            // More-fragments or a non-zero offset: not a whole datagram.
+            if ihl < 20 || total < ihl || total > packet.len() || flags_fragment & 0x3fff != 0 {
+                return None;
+            }
+            if *packet.get(9)? != UDP {
+                return None;
+            }
+            (ihl, total, false)
+        }
+        6 => {
+            let payload = usize::from(u16::from_be_bytes([*packet.get(4)?, *packet.get(5)?]));
+            if *packet.get(6)? != UDP || IPV6_HEADER + payload > packet.len() {
+                return None;
+            }
+            (IPV6_HEADER, IPV6_HEADER + payload, true)
+        }
+        _ => return None,
+    };
+    let udp = packet.get(start..end)?;
+    let udp_len = usize::from(u16::from_be_bytes([*udp.get(4)?, *udp.get(5)?]));
+    if udp_len < UDP_HEADER || udp_len > udp.len() {
+        return None;
+    }
+    Some((start, start + udp_len, v6))
+}
+
+/// One's-complement sum update for a 16-bit word changing from `old` to `new` (RFC 1624
+/// eqn. 3: `HC' = ~(~HC + ~m + m')`).
+fn update_checksum(checksum: u16, old: u16, new: u16) -> u16 {
+    let mut sum = u32::from(!checksum) + u32::from(!old) + u32::from(new);
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Offers an IP packet to `router` at `now`: the UDP payload of a whole UDP datagram to
+/// [`Router::on_datagram`] (its checksum fixed if the router rewrote it), everything else to
+/// [`Router::on_other`]. Returns what the router did.
+pub fn offer(router: &mut Router, now: Instant, packet: &mut [u8]) -> Stamp {
+    let Some((start, end, v6)) = udp_segment(packet) else {
+        router.on_other(now, packet.len());
+        return Stamp::Unrated;
+    };
+    router.on_other(now, packet.len() - (end - start - UDP_HEADER));
+    let payload_start = start + UDP_HEADER;
+    let stamp = router.on_datagram(now, &mut packet[payload_start..end]);
+    let Stamp::Lowered {
+        from_kbps, to_kbps, ..
+    } = stamp
+    else {
+        return stamp;
+    };
+    let cid_len = router.config().cid_len;
+    let Some(field) = tern_proto::wire::feedback_rate_offset(&packet[payload_start..end], cid_len)
+    else {
+        return stamp; // unreachable: the router just rewrote this field
+    };
+    let csum_at = start + 6;
+    let mut checksum = u16::from_be_bytes([packet[csum_at], packet[csum_at + 1]]);
+    if checksum == 0 && !v6 {
+        return stamp; // no checksum on this IPv4 datagram
+    }
+    // The 16-bit words covering the field, aligned on the UDP header's start (the field may
+    // start at an odd offset: the connection ID's length is the deployment's).
+    let field_at = payload_start + field;
+    let (old, new) = (from_kbps.to_be_bytes(), to_kbps.to_be_bytes());
+    let byte = |at: usize, field_bytes: &[u8; 4], packet: &[u8]| -> u8 {
+        if (field_at..field_at + 4).contains(&at) {
+            field_bytes[at - field_at]
+        } else {
+            packet.get(at).copied().filter(|_| at < end).unwrap_or(0)
+        }
+    };
+    let mut word = start + ((field_at - start) & !1);
+    while word < field_at + 4 {
+        let o = u16::from_be_bytes([byte(word, &old, packet), byte(word + 1, &old, packet)]);
+        let n = u16::from_be_bytes([byte(word, &new, packet), byte(word + 1, &new, packet)]);
+        checksum = update_checksum(checksum, o, n);
+        word += 2;
+    }
+    if checksum == 0 {
+        checksum = 0xffff; // a computed zero is sent as all ones (RFC 768)
+    }
+    packet[csum_at..csum_at + 2].copy_from_slice(&checksum.to_be_bytes());
+    stamp
+}
