@@ -547,9 +547,26 @@ pub struct LinkStats {
     pub ce_marked: u64,
     /// Datagrams whose Feedback Rate the link's router lowered (see [`Link::router_stats`]).
     pub rate_stamped: u64,
+    /// Datagrams accepted into the queue of a rate-limited link.
+    pub queued: u64,
+    /// Their total queueing delay, nanoseconds: for each, the time from its arrival until its
+    /// serialization started (what it waited behind others, not its own serialization).
+    pub queue_wait_nanos: u64,
+    /// The longest of those waits, nanoseconds.
+    pub max_queue_wait_nanos: u64,
 }
 
 impl LinkStats {
+    /// Mean queueing delay of the datagrams accepted between `earlier` (a snapshot of these
+    /// counters) and now; zero when none were.
+    pub fn mean_queue_wait_since(&self, earlier: &LinkStats) -> Duration {
+        let n = self.queued.saturating_sub(earlier.queued);
+        let total = self
+            .queue_wait_nanos
+            .saturating_sub(earlier.queue_wait_nanos);
+        Duration::from_nanos(total.checked_div(n).unwrap_or(0))
+    }
+
     /// All drops, whatever the reason.
     pub fn dropped(&self) -> u64 {
         self.dropped_queue
@@ -923,6 +940,11 @@ impl Link {
                     _ => (now, false),
                 };
                 let departure = start + self.serialization(size, rate, continuing);
+                let wait = u64::try_from(start.saturating_duration_since(now).as_nanos())
+                    .unwrap_or(u64::MAX);
+                self.stats.queued += 1;
+                self.stats.queue_wait_nanos = self.stats.queue_wait_nanos.saturating_add(wait);
+                self.stats.max_queue_wait_nanos = self.stats.max_queue_wait_nanos.max(wait);
                 self.busy_until = Some(departure);
                 self.backlog.push_back((departure, size));
                 self.backlog_bytes += size;

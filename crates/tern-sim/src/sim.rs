@@ -264,7 +264,8 @@ impl Event {
 /// Indices into the slabs, so heap entries stay small and cheap to move.
 #[derive(Clone, Copy)]
 enum EventKind {
-    Arrival(u32),
+    /// A datagram (its slot) leaves a link (its index).
+    Arrival(u32, u32),
     Action(u32),
 }
 
@@ -389,6 +390,8 @@ pub struct Simulation<N> {
     owners: HashMap<IpAddr, HostId, FxBuild>,
     links: Vec<LinkSlot>,
     routes: HashMap<(IpAddr, IpAddr), LinkId, FxBuild>,
+    /// Multi-hop paths: a datagram `src -> dst` leaving the link goes on to the next one.
+    next_hops: HashMap<(IpAddr, IpAddr, LinkId), LinkId, FxBuild>,
     events: BinaryHeap<Event>,
     /// One entry per host with a pending timer. An ordered set rather than heap entries with
     /// generation counters: protocols re-arm far-off timers (idle, keep-alive) on every packet,
@@ -434,6 +437,7 @@ impl<N: Node> Simulation<N> {
             owners: HashMap::default(),
             links: Vec::new(),
             routes: HashMap::default(),
+            next_hops: HashMap::default(),
             events: BinaryHeap::new(),
             timers: BTreeSet::new(),
             packets: Slab::new(),
@@ -525,7 +529,7 @@ impl<N: Node> Simulation<N> {
 
     /// Sends datagrams `from -> to` over an existing `link` as well: several pairs of hosts
     /// then share its rate and queue (a common bottleneck; multi-hop forwarding is not
-    /// modelled). Delivery is by destination address, so the link carries each datagram to
+    /// modelled here: see [`Simulation::add_path`]). Delivery is by destination address, so the link carries each datagram to
     /// its own host. [`Simulation::link_ends`] keeps naming the pair the link was made for.
     ///
     /// # Panics
@@ -533,6 +537,22 @@ impl<N: Node> Simulation<N> {
     pub fn add_route(&mut self, from: IpAddr, to: IpAddr, link: LinkId) {
         if self.routes.insert((from, to), link).is_some() {
             panic!("add_route: a link {from} -> {to} already exists");
+        }
+    }
+
+    /// Sends datagrams `from -> to` over existing `links` in turn (a multi-hop path, e.g. the
+    /// long flow of a parking lot that crosses two bottlenecks): the first link is the route
+    /// as with [`Simulation::add_route`]; a datagram leaving link i enters link i + 1, and
+    /// leaving the last one it is delivered. Hops are keyed by the pair's addresses, so
+    /// [`Simulation::change_address`] moves only the first hop.
+    ///
+    /// # Panics
+    /// If `links` is empty, or a route `from -> to` already exists (a scenario bug).
+    pub fn add_path(&mut self, from: IpAddr, to: IpAddr, links: &[LinkId]) {
+        let (&first, _) = links.split_first().expect("add_path: at least one link");
+        self.add_route(from, to, first);
+        for hop in links.windows(2) {
+            self.next_hops.insert((from, to, hop[0]), hop[1]);
         }
     }
 
@@ -846,9 +866,13 @@ impl<N: Node> Simulation<N> {
             self.advance_to(self.instant(event.at_nanos()));
             self.count_step();
             match event.kind {
-                EventKind::Arrival(slot) => {
+                EventKind::Arrival(slot, link) => {
                     if let Some(dgram) = self.packets.take(slot) {
-                        self.deliver(dgram);
+                        let key = (dgram.src.ip(), dgram.dst.ip(), LinkId(link));
+                        match self.next_hops.get(&key) {
+                            Some(&next) => self.forward(dgram, next),
+                            None => self.deliver(dgram),
+                        }
                     }
                 }
                 EventKind::Action(slot) => {
@@ -890,6 +914,11 @@ impl<N: Node> Simulation<N> {
             self.stats.unroutable += 1;
             return;
         };
+        self.forward(dgram, id);
+    }
+
+    /// Puts a datagram onto link `id` (its first hop, or the next one of a multi-hop path).
+    fn forward(&mut self, dgram: Datagram, id: LinkId) {
         let now = self.now;
         let epoch = self.epoch;
         let packets = &mut self.packets;
@@ -901,7 +930,7 @@ impl<N: Node> Simulation<N> {
             events.push(Event::new(
                 nanos_since(epoch, at),
                 *seq,
-                EventKind::Arrival(slot),
+                EventKind::Arrival(slot, id.0),
             ));
         });
     }

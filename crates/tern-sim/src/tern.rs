@@ -239,6 +239,8 @@ pub struct BulkSender {
     messages_sent: bool,
     /// Connect no earlier than this (a flow that joins a running competition).
     pub start_at: Option<Instant>,
+    /// The expected rate (bytes/s) declared to explicit-rate routers (F12), set on connect.
+    pub expected_rate: Option<u64>,
 }
 
 impl BulkSender {
@@ -258,6 +260,7 @@ impl BulkSender {
             messages: Vec::new(),
             messages_sent: false,
             start_at: None,
+            expected_rate: None,
         }
     }
 }
@@ -271,6 +274,9 @@ impl App for BulkSender {
                 let h = ep
                     .connect(now, self.server, self.server_key)
                     .expect("connect");
+                if let (Some(rate), Some(conn)) = (self.expected_rate, ep.connection_mut(h)) {
+                    conn.set_expected_rate(Some(rate));
+                }
                 self.conn = Some(h);
                 h
             }

@@ -91,8 +91,9 @@ pub const DELAY_BETA: (u64, u64) = (17, 20);
 /// up to about 10 % at a bottleneck that never queues, apply as well).
 pub const LOSS_RATIO: (u64, u64) = (1, 20);
 
-/// Growth of the congestion limit per round trip without a signal, as a fraction (1/8: back
-/// to the rate before a cut in three round trips, and no faster than [`DELIVERY_ALLOWANCE`]).
+/// Growth of the congestion limit per round trip without a signal, as a fraction (1/32: back
+/// to the rate before a 0.7 cut in about 12 round trips; 1/8 doubled the loss under a forged
+/// or stale stamp at a shallow buffer, `cc/tests.rs`).
 pub const LIMIT_GROWTH: (u64, u64) = (1, 32);
 
 /// Queueing delay that counts as congestion: at least `min_rtt / QUEUE_DELAY_DIVISOR`. A
