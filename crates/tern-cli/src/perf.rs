@@ -95,7 +95,7 @@ pub(crate) async fn client(
         sent,
         took,
         cpu,
-        &format!(
+        &(format!(
             "  lost {} pkts ({} spurious), resent {} B, rtt {}, ECN {}, {:.1} datagrams/sendmsg",
             s.packets_lost,
             s.spurious_losses,
@@ -106,7 +106,11 @@ pub(crate) async fn client(
                 let io = ep.io_stats();
                 io.datagrams_sent as f64 / io.send_calls.max(1) as f64
             }
-        ),
+        ) + &match s.feedback_rate {
+            // An explicit-rate router on the path stamped this rate (F12, `--cc explicit`).
+            Some(rate) => format!(", router rate {}", util::rate(rate, Duration::from_secs(1))),
+            None => String::new(),
+        }),
     );
     util::print_paths(&conn, took);
     conn.close(0, b"");

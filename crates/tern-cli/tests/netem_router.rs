@@ -1,0 +1,82 @@
+//! `tern perf --cc explicit` across a real emulated bottleneck whose data direction runs tern's
+//! explicit-rate router (tern-netem `router=ncr`, F12): the router stamps the flow's rate into
+//! the packets crossing it, the receiver echoes it, and the sender paces at it, so the queue
+//! stays near empty where CUBIC fills it. The same run without the router shows the explicit
+//! controller falling back to its end-to-end controller.
+//!
+//! Needs root, /dev/net/tun and `ip netns`; says SKIPPED otherwise.
+
+mod common;
+
+use std::process::Stdio;
+
+use tern_netem::{Direction, DirectionConfig, DirectionStats, DuplexConfig, EmulationConfig};
+use tern_netem::{Topology, TopologySpec};
+
+/// One 8 MB `tern --cc CC perf` from `c` to `s` over a 20 Mbit/s, 40 ms RTT link with a
+/// 250 kB queue and `extra` settings on the data direction. Returns the client's report line
+/// and the data direction's counters.
+fn perf(cc: &str, extra: &str) -> (String, DirectionStats) {
+    let topo = Topology::build(&TopologySpec::single()).expect("topology");
+    let mut up = DirectionConfig::default();
+    up.apply(&format!("delay=20ms rate=20mbit queue=250kB {extra}"))
+        .expect("settings");
+    let mut down = DirectionConfig::default();
+    down.apply("delay=20ms rate=20mbit").expect("settings");
+    let emu = topo
+        .start(&EmulationConfig::default().with_link("r", DuplexConfig { up, down }))
+        .expect("emulator");
+    let server_addr = format!("{}:4433", topo.addr("s").expect("server address"));
+    let tern = env!("CARGO_BIN_EXE_tern");
+    let (server, _stderr) = common::perf_server(&topo, "s", &server_addr);
+    let out = topo
+        .command("c", tern)
+        .expect("node")
+        .args(["--cc", cc, "perf", &server_addr, "--bytes", "8M"])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("client runs");
+    assert!(out.status.success(), "tern perf failed: {:?}", out.status);
+    let report = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("tern "))
+        .expect("report line")
+        .to_owned();
+    let stats = emu.stats("r", Direction::Up).expect("counters");
+    drop(server);
+    println!("{cc} {extra:>10}: {report}\n{:>12}  link: {stats:?}", "");
+    (report, stats)
+}
+
+#[test]
+fn a_router_paces_the_explicit_sender_without_a_queue() {
+    let test = "a_router_paces_the_explicit_sender_without_a_queue";
+    if !tern_netem::test_prerequisites(test) {
+        return;
+    }
+    let (routed, link) = perf("explicit", "router=ncr");
+    assert!(
+        link.rate_stamped > 0,
+        "the router stamped packets: {link:?}"
+    );
+    assert!(
+        routed.contains("router rate"),
+        "the sender saw the router's rate: {routed}"
+    );
+    let routed_queue = link.max_queue_bytes;
+
+    let (plain, link) = perf("cubic", "");
+    assert_eq!(link.rate_stamped, 0);
+    assert!(!plain.contains("router rate"), "{plain}");
+    let cubic_queue = link.max_queue_bytes;
+    assert!(
+        routed_queue * 4 < cubic_queue,
+        "the router kept the queue down: peak {routed_queue} B against CUBIC's {cubic_queue} B"
+    );
+
+    // No router on the path: the explicit controller runs its end-to-end fallback and still
+    // completes the transfer.
+    let (fallback, link) = perf("explicit", "");
+    assert_eq!(link.rate_stamped, 0);
+    assert!(!fallback.contains("router rate"), "{fallback}");
+}
