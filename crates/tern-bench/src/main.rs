@@ -56,8 +56,9 @@ enum Cmd {
         /// Comma-separated tern drivers, tern runs once per mode: `flows` (one two-way flow
         /// per request, results row "tern"), `messages` (one message per request and a
         /// reply matched to it, "tern-msg"), `messages:MS` (the same with a per-request
-        /// deadline of MS ms, "tern-msg-MSms"). Default: messages for mar and echo-sizes,
-        /// flows elsewhere.
+        /// deadline of MS ms, "tern-msg-MSms"), `adaptive:MS` (mar: the client is an encoder
+        /// that sizes each 30 Hz frame from tern's target rate, deadline MS ms,
+        /// "tern-adaptive-MSms"). Default: messages for mar and echo-sizes, flows elsewhere.
         #[arg(long, value_delimiter = ',')]
         tern_mode: Option<Vec<String>>,
         /// Comma-separated tern congestion controllers (newreno, cubic, and the others

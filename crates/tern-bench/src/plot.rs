@@ -377,7 +377,15 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                         "on-time",
                     ),
                 ] {
-                    let mut series = by_protocol(&rs, |r| r.num("size").map(|s| s / 1e3), metric);
+                    // An adaptive row (one over every frame the encoder sized) is a point at
+                    // its mean frame size.
+                    let x = |r: &Row| {
+                        r.num("size")
+                            .or_else(|| r.metric("sent_size_mean_bytes"))
+                            .map(|s| s / 1e3)
+                    };
+                    let mut series = by_protocol(&rs, x, metric);
+                    series.retain(|s| !s.points.is_empty());
                     if metric == "rtt_p50_ms" {
                         let mut ideal: Vec<(f64, f64)> = rs
                             .iter()

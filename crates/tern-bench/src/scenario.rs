@@ -78,6 +78,24 @@ pub const MAR_SIZES: [u32; 9] = [
     4_500, 7_000, 10_800, 16_800, 26_100, 40_500, 62_800, 97_400, 151_200,
 ];
 
+/// The frame an adaptive MAR encoder sends (`--tern-mode adaptive:MS`): the largest of
+/// `sizes` (its quality levels, ascending) that `rate` (bytes per second) carries in one
+/// frame interval of `interval_s`; the smallest when no rate is known yet or none fits (an
+/// encoder always sends something: the lowest quality is its floor).
+pub fn encoder_frame_size(rate: Option<u64>, interval_s: f64, sizes: &[u32]) -> u32 {
+    let smallest = sizes.first().copied().unwrap_or(0);
+    let Some(rate) = rate else {
+        return smallest;
+    };
+    let budget = rate as f64 * interval_s;
+    sizes
+        .iter()
+        .copied()
+        .filter(|&s| f64::from(s) <= budget)
+        .max()
+        .unwrap_or(smallest)
+}
+
 /// Reply size of `mar`.
 pub const MAR_REPLY: u32 = 100;
 
@@ -551,7 +569,10 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         }
     }
     for m in &tern_modes {
-        crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
+        let mode = crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
+        if matches!(mode, crate::proto::ternp::TernMode::Adaptive { .. }) && scenario != "mar" {
+            bail!("--tern-mode {m}: the adaptive encoder runs in mar only (its 30 Hz frames are the MAR load)");
+        }
     }
     let mut settings = json!({
         "profile": profile,
@@ -1433,6 +1454,33 @@ fn span_s(flows: &[crate::results::FlowSample]) -> f64 {
     (end - start) / 1e3
 }
 
+/// The `size` parameter of an adaptive row (`--tern-mode adaptive:MS`): one row over every
+/// frame, whatever sizes the encoder picked.
+pub const ADAPTIVE_SIZE: &str = "adaptive";
+
+/// The request samples of a request/response case, grouped as rows: per request size
+/// (`Some(size)`), or all together (`None`) for an adaptive encoder's row, whose sizes
+/// follow the transport's rate rather than a sweep (per-size groups would compare frames
+/// sent at different moments and loads, and leave sizes it never chose out).
+fn rpc_groups(case: &Case) -> Vec<(Option<u32>, Vec<&RpcSample>)> {
+    if case
+        .protocol
+        .starts_with(crate::proto::ternp::ADAPTIVE_LABEL)
+    {
+        return vec![(None, case.rpc.iter().collect())];
+    }
+    let mut sizes: Vec<u32> = case.rpc.iter().map(|s| s.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+        .into_iter()
+        .map(|size| {
+            let samples = case.rpc.iter().filter(|s| s.size == size).collect();
+            (Some(size), samples)
+        })
+        .collect()
+}
+
 /// Rows of the summary, from the raw cases.
 pub fn summarize(run: &RunFile) -> Vec<Row> {
     let profile = profile::profile(&run.profile).ok();
@@ -1446,11 +1494,7 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
         }
         match run.scenario.as_str() {
             "mar" | "echo-sizes" | "mss" if !case.rpc.is_empty() || run.scenario != "mss" => {
-                let mut sizes: Vec<u32> = case.rpc.iter().map(|s| s.size).collect();
-                sizes.sort_unstable();
-                sizes.dedup();
-                for size in sizes {
-                    let mut samples: Vec<_> = case.rpc.iter().filter(|s| s.size == size).collect();
+                for (size, mut samples) in rpc_groups(case) {
                     samples.sort_by_key(|s| s.seq);
                     let rtts: Vec<f64> = samples.iter().filter_map(|s| s.rtt_ms).collect();
                     let n = samples.len() as f64;
@@ -1466,9 +1510,11 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                     m.insert("rtt_p99_ms".into(), stats::percentile(&rtts, 99.0));
                     m.insert("jitter_ms".into(), stats::pdv(&rtts));
                     if run.scenario == "mar" {
-                        let (frac, size) = on_time(samples.iter().copied(), deadline);
+                        let (frac, on_time_size) = on_time(samples.iter().copied(), deadline);
                         m.insert("on_time_pct".into(), 100.0 * frac);
-                        m.insert("on_time_size_mean_bytes".into(), size);
+                        m.insert("on_time_size_mean_bytes".into(), on_time_size);
+                        let sent: Vec<f64> = samples.iter().map(|s| f64::from(s.size)).collect();
+                        m.insert("sent_size_mean_bytes".into(), stats::mean(&sent));
                     }
                     let first = samples.iter().map(|s| s.t_ms).fold(f64::INFINITY, f64::min);
                     let last = samples
@@ -1484,14 +1530,19 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                         "throughput_mbps".into(),
                         bytes * 8.0 / ((last - first) * 1e3),
                     );
-                    if let (Some(p), false, Some(r)) = (profile, traced, samples.first()) {
+                    if let (Some(p), false, Some(r), Some(size)) =
+                        (profile, traced, samples.first(), size)
+                    {
                         if let Some(ideal) = p.ideal_rpc_ms(&link_options_of(case), size, r.reply) {
                             m.insert("ideal_ms".into(), ideal);
                             m.insert("p50_over_ideal".into(), stats::median(&rtts) / ideal);
                         }
                     }
                     let mut params = base.clone();
-                    params.insert("size".into(), json!(size));
+                    params.insert(
+                        "size".into(),
+                        size.map_or(json!(ADAPTIVE_SIZE), |s| json!(s)),
+                    );
                     rows.push(Row {
                         protocol: case.protocol.clone(),
                         params,
@@ -2000,6 +2051,90 @@ mod tests {
         assert!(size.is_nan(), "nothing on time: no size");
         let (frac, _) = on_time(&[], 150.0);
         assert!(frac.is_nan(), "nothing sent");
+    }
+
+    #[test]
+    fn the_encoder_sends_the_largest_size_its_rate_carries_per_frame() {
+        let iv = 1.0 / 30.0;
+        // No target yet: the lowest quality.
+        assert_eq!(encoder_frame_size(None, iv, &MAR_SIZES), 4_500);
+        // Below the smallest size's rate (4.5 kB × 30 = 135 kB/s): still the smallest.
+        assert_eq!(encoder_frame_size(Some(100_000), iv, &MAR_SIZES), 4_500);
+        assert_eq!(encoder_frame_size(Some(0), iv, &MAR_SIZES), 4_500);
+        // Exactly a size's rate takes that size; just under it, the one below.
+        assert_eq!(
+            encoder_frame_size(Some(26_100 * 30), iv, &MAR_SIZES),
+            26_100
+        );
+        assert_eq!(
+            encoder_frame_size(Some(26_100 * 30 - 1), iv, &MAR_SIZES),
+            16_800
+        );
+        // 3.75 MB/s (30 Mbit/s): 125 kB a frame, so 97.4 kB.
+        assert_eq!(encoder_frame_size(Some(3_750_000), iv, &MAR_SIZES), 97_400);
+        // More than the largest size needs: the largest.
+        assert_eq!(encoder_frame_size(Some(u64::MAX), iv, &MAR_SIZES), 151_200);
+        assert_eq!(encoder_frame_size(Some(1), iv, &[]), 0);
+    }
+
+    #[test]
+    fn an_adaptive_row_is_one_row_over_every_frame_with_its_mean_sizes() {
+        let case = Case {
+            protocol: "tern-adaptive-150ms".into(),
+            params: params(&[("loss", json!(1.0))]),
+            rpc: vec![
+                rpc(0, 4_500, Some(40.0)),
+                rpc(1, 10_800, Some(60.0)),
+                rpc(2, 10_800, Some(300.0)),
+                rpc(3, 26_100, None),
+            ],
+            ..Case::default()
+        };
+        let tcp = Case {
+            protocol: "tcp".into(),
+            params: params(&[("loss", json!(1.0))]),
+            rpc: vec![rpc(0, 4_500, Some(50.0)), rpc(0, 26_100, Some(500.0))],
+            ..Case::default()
+        };
+        let mut run = run_file("mar", "lte", vec![case, tcp]);
+        let rows = summarize(&run);
+        let a: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.protocol.starts_with("tern-adaptive"))
+            .collect();
+        assert_eq!(a.len(), 1, "one row, not one per size chosen");
+        assert_eq!(a[0].text("size"), ADAPTIVE_SIZE);
+        let m = &a[0].metrics;
+        assert_eq!(m["n"], 4.0);
+        assert_eq!(m["on_time_pct"], 50.0);
+        assert!((m["on_time_size_mean_bytes"] - 7_650.0).abs() < 1e-9);
+        assert!((m["sent_size_mean_bytes"] - 13_050.0).abs() < 1e-9);
+        assert_eq!(m["lost_pct"], 25.0);
+        assert!(
+            !m.contains_key("rtt_p99_vs_tcp"),
+            "no TCP row to compare with"
+        );
+        // Cycled rows stay per size, each with its size as the mean sent.
+        let t: Vec<&Row> = rows.iter().filter(|r| r.protocol == "tcp").collect();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[1].metrics["sent_size_mean_bytes"], 26_100.0);
+        // The pivot shows the adaptive row's figures and both mean sizes.
+        run.summary = rows;
+        let md = crate::report::markdown(&run);
+        let line = md
+            .lines()
+            .find(|l| l.contains("tern-adaptive-150ms"))
+            .expect("an adaptive line");
+        assert!(line.contains("| 50.0 | 50.0 | 13.1 | 7.7 |"), "{line}");
+        let tcp_line = md.lines().find(|l| l.starts_with("| tcp |")).unwrap();
+        // tcp: 4.5 and 26.1 kB sent, only the 4.5 kB one on time.
+        assert!(tcp_line.contains("| 15.3 | 4.5 |"), "{tcp_line}");
+        // The figures take the adaptive row as a point at its mean frame size.
+        let dir = std::env::temp_dir().join(format!("tern-bench-adaptive-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let figs = crate::plot::render(&run, &dir).unwrap();
+        assert!(!figs.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

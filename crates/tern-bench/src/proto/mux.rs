@@ -47,6 +47,17 @@ pub trait Mux: Send + Sync + Sized + 'static {
     fn close_window(_conn: &Self::Conn) {}
     /// Opens it again.
     fn open_window(_conn: &Self::Conn) {}
+    /// Whether the client is an encoder that picks each request's size from the
+    /// transport's rate ([`Mux::rate_hint`]) instead of cycling through the plan's sizes
+    /// (tern's `adaptive:MS` mode, [`rpc_client`]).
+    fn adaptive(&self) -> bool {
+        false
+    }
+    /// The rate an encoder on this connection should produce, bytes per second (`None`: no
+    /// estimate yet, or the protocol gives none).
+    fn rate_hint(_conn: &Self::Conn) -> Option<u64> {
+        None
+    }
     /// The client's local addresses changed (`(old, new)` pairs): tell the protocol if it
     /// can be told (quinn: `Endpoint::rebind` on a new socket; tern:
     /// `Endpoint::local_ip_changed`). `Ok(false)`: it has no way to be told.
@@ -128,12 +139,16 @@ fn ms_since(epoch: Instant, t: Instant) -> f64 {
     t.saturating_duration_since(epoch).as_secs_f64() * 1e3
 }
 
-/// Runs a request/response plan, one connection per request size, one stream per request.
+/// Runs a request/response plan, one connection per request size, one stream per request;
+/// an adaptive client ([`Mux::adaptive`]) runs [`adaptive_client`] instead.
 pub async fn rpc_client<M: Mux>(
     m: Arc<M>,
     plan: &RpcPlan,
     epoch: Instant,
 ) -> (Vec<RpcSample>, Option<String>, Value) {
+    if let (true, Some(iv)) = (m.adaptive(), plan.interval_ms) {
+        return adaptive_client(m, plan, iv, epoch).await;
+    }
     let mut out = Vec::new();
     let mut error: Option<String> = None;
     let mut stats = Vec::new();
@@ -230,6 +245,106 @@ pub async fn rpc_client<M: Mux>(
         }
     }
     (out, error, Value::Array(stats))
+}
+
+/// The plan's load with the client as an encoder: as many open-loop requests (frames) as
+/// the plan has in all (`per_size` × sizes), one every `interval_ms`, on one connection;
+/// each frame's size is the largest plan size the transport's rate allows per interval
+/// ([`crate::scenario::encoder_frame_size`]), read when the frame is due. Samples carry the
+/// frame number as `seq` and the size chosen.
+pub async fn adaptive_client<M: Mux>(
+    m: Arc<M>,
+    plan: &RpcPlan,
+    interval_ms: f64,
+    epoch: Instant,
+) -> (Vec<RpcSample>, Option<String>, Value) {
+    let n = plan.per_size as usize * plan.sizes.len();
+    let mut sizes = plan.sizes.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let reply_of = |size: u32| plan.reply.unwrap_or(size);
+    // One prepared message per size: `R`, reply size, payload.
+    let msgs: Vec<Arc<[u8]>> = sizes
+        .iter()
+        .map(|&size| {
+            let mut msg = vec![b'R'];
+            msg.extend(reply_of(size).to_be_bytes());
+            msg.extend(payload(size as usize));
+            msg.into()
+        })
+        .collect();
+    let conn = match m.connect().await {
+        Ok(c) => c,
+        Err(e) => {
+            let t_ms = ms_since(epoch, Instant::now());
+            let size = sizes.first().copied().unwrap_or(0);
+            let lost = (0..n).map(|i| RpcSample {
+                seq: i as u32,
+                size,
+                reply: reply_of(size),
+                t_ms,
+                rtt_ms: None,
+            });
+            return (lost.collect(), Some(format!("connect: {e}")), Value::Null);
+        }
+    };
+    let start = Instant::now() + Duration::from_millis(5);
+    let mut sched = Vec::with_capacity(n);
+    let mut chosen = Vec::with_capacity(n);
+    let rtt: Arc<Mutex<Vec<Option<f64>>>> = Arc::new(Mutex::new(vec![None; n]));
+    let first_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let at = start + Duration::from_secs_f64(i as f64 * interval_ms / 1e3);
+        sched.push(at);
+        tokio::time::sleep_until(at.into()).await;
+        let size =
+            crate::scenario::encoder_frame_size(M::rate_hint(&conn), interval_ms / 1e3, &sizes);
+        chosen.push(size);
+        let k = sizes.iter().position(|&s| s == size).unwrap_or(0);
+        let (conn, msg, rtt, first_error) = (
+            conn.clone(),
+            msgs[k].clone(),
+            rtt.clone(),
+            first_error.clone(),
+        );
+        let reply = reply_of(size);
+        tasks.spawn(async move {
+            match M::request(&conn, msg, reply).await {
+                Ok(true) => rtt.lock().unwrap()[i] = Some(ms_since(at, Instant::now())),
+                Ok(false) => {}
+                Err(e) => {
+                    first_error.lock().unwrap().get_or_insert(e.to_string());
+                }
+            }
+        });
+    }
+    let drain = tokio::time::sleep(Duration::from_millis(plan.drain_ms));
+    tokio::pin!(drain);
+    loop {
+        tokio::select! {
+            r = tasks.join_next() => if r.is_none() { break },
+            () = &mut drain => break,
+        }
+    }
+    tasks.abort_all();
+    let stats = M::stats(&conn);
+    M::close(&conn);
+    let error = first_error.lock().unwrap().take();
+    let rtt = rtt.lock().unwrap().clone();
+    let out = rtt
+        .into_iter()
+        .zip(sched.iter().zip(&chosen))
+        .enumerate()
+        .map(|(i, (rtt_ms, (at, &size)))| RpcSample {
+            seq: i as u32,
+            size,
+            reply: reply_of(size),
+            t_ms: ms_since(epoch, *at),
+            rtt_ms,
+        })
+        .collect();
+    (out, error, Value::Array(vec![stats]))
 }
 
 /// Runs a flow plan: one task per thread, each flow on a new connection.
