@@ -83,6 +83,11 @@ enum Cmd {
         /// on-time fraction counts every request sent (unanswered ones are late).
         #[arg(long, value_name = "MS", default_value_t = tern_bench::scenario::DEFAULT_DEADLINE_MS)]
         deadline: f64,
+        /// fairness: the flows' loads, each case once per load: `video` (a 30 fps encoder
+        /// following its transport's rate hint; frames that miss a 150 ms playout counted)
+        /// and `bulk` (backlogged). Default: video.
+        #[arg(long, value_delimiter = ',')]
+        load: Option<Vec<String>>,
         /// Output directory.
         #[arg(long, default_value = "results")]
         out: PathBuf,
@@ -145,6 +150,7 @@ fn main() -> anyhow::Result<()> {
             link,
             count,
             deadline,
+            load,
             out,
         } => {
             anyhow::ensure!(
@@ -167,6 +173,7 @@ fn main() -> anyhow::Result<()> {
                 link_extra: link,
                 count,
                 deadline_ms: deadline,
+                loads: load,
             };
             tern_bench::run(&opts, &out)?;
         }

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::profile::{self, LinkOptions, NetKind, Profile};
 use crate::results::{stats, Case, Row, RpcSample, RunFile, Skipped, TransferSample};
-use crate::spec::{FlowPlan, Proto, RpcPlan, TransferPlan, Work};
+use crate::spec::{FlowPlan, Proto, RpcPlan, TransferPlan, VideoPlan, Work};
 
 /// Scenario names and one-line descriptions.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -32,6 +32,13 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("fairness", "NC-TCP: 3 backlogged flows on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
     ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
+
+/// The `fairness` video workload (NC-TCP's metric): 30 frames per second, each missing if
+/// it completes more than 150 ms after it was produced.
+pub const VIDEO_FPS: u32 = 30;
+
+/// See [`VIDEO_FPS`].
+pub const VIDEO_PLAYOUT_MS: f64 = 150.0;
 
 /// When the mobility event of `handover` happens, ms after the client starts.
 pub const HANDOVER_AT_MS: u64 = 5_000;
@@ -149,6 +156,8 @@ pub struct RunOpts {
     /// The deadline of a MAR request (`--deadline MS`): answered within it is on time
     /// ([`on_time`]); mar and cc's MAR load.
     pub deadline_ms: f64,
+    /// `fairness`' loads (`--load video,bulk`): each case once per load. `None`: video.
+    pub loads: Option<Vec<String>>,
 }
 
 /// The MAR study's deadline (DESIGN.md §4): a frame answered more than 150 ms after it was
@@ -842,6 +851,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                         resume_after_ms: None,
                         bin_ms: 100,
                         event_at_ms: None,
+                        video: None,
                     }),
                     profile.net,
                 );
@@ -945,6 +955,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                         resume_after_ms: Some(1_000),
                         bin_ms: 50,
                         event_at_ms: Some(at),
+                        video: None,
                     }),
                     net,
                 );
@@ -1052,6 +1063,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     resume_after_ms: None,
                     bin_ms: 100,
                     event_at_ms: None,
+                    video: None,
                 }),
                 profile.net,
             );
@@ -1071,7 +1083,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             cases.push(mar);
         }
         "fairness" => {
-            let f = fairness_cases(q, &link(losses[0], None), profile)?;
+            let loads = o.loads.clone().unwrap_or_else(|| vec!["video".into()]);
+            let f = fairness_cases(q, &link(losses[0], None), profile, &loads)?;
             settings["fairness"] = f.1;
             cases.extend(f.0);
         }
@@ -1138,13 +1151,19 @@ fn fairness_cases(
     q: bool,
     base: &LinkOptions,
     profile: &'static Profile,
+    loads: &[String],
 ) -> anyhow::Result<(Vec<CaseDef>, Value)> {
+    for l in loads {
+        if l != "video" && l != "bulk" {
+            bail!("unknown fairness load {l:?} (video, bulk)");
+        }
+    }
     let secs: u64 = if q { 12 } else { 60 };
     let (gap, last): (u64, u64) = if q { (4, 8) } else { (15, 30) };
     let warmup_s: u64 = if q { 4 } else { 10 };
     let rate = profile.down_mbps.unwrap_or(1.0);
     let rtt = profile.rtt_ms;
-    let transfer = |bin_ms| {
+    let transfer = |bin_ms, load: &str| {
         Work::Transfer(TransferPlan {
             size: u64::MAX,
             duration_ms: None,
@@ -1155,6 +1174,10 @@ fn fairness_cases(
             resume_after_ms: None,
             bin_ms,
             event_at_ms: None,
+            video: (load == "video").then_some(VideoPlan {
+                fps: VIDEO_FPS,
+                playout_ms: VIDEO_PLAYOUT_MS,
+            }),
         })
     };
     let flow =
@@ -1184,23 +1207,26 @@ fn fairness_cases(
             .unwrap_or(0);
         let mut lo = base.clone();
         lo.links = links;
-        let mut def = CaseDef::new(
-            params(&[
-                ("case", json!(name)),
-                ("capacity_mbps", json!(capacity)),
-                ("warmup_s", json!(warmup_s)),
-            ]),
-            lo,
-            transfer(100),
-            net,
-        );
-        def.multi = Some(MultiFlow {
-            flows,
-            bottlenecks: bottlenecks.iter().map(|b| b.to_string()).collect(),
-        });
-        def.profile = prof;
-        def.timeout_s = end_s as f64 + 30.0;
-        cases.push(def);
+        for load in loads {
+            let mut def = CaseDef::new(
+                params(&[
+                    ("case", json!(name)),
+                    ("load", json!(load)),
+                    ("capacity_mbps", json!(capacity)),
+                    ("warmup_s", json!(warmup_s)),
+                ]),
+                lo.clone(),
+                transfer(100, load),
+                net,
+            );
+            def.multi = Some(MultiFlow {
+                flows: flows.clone(),
+                bottlenecks: bottlenecks.iter().map(|b| b.to_string()).collect(),
+            });
+            def.profile = prof;
+            def.timeout_s = end_s as f64 + 30.0;
+            cases.push(def);
+        }
     };
     let r = ["r"];
     add(
@@ -1259,6 +1285,13 @@ fn fairness_cases(
         "warmup_s": warmup_s,
         "rtts_ms": rtts,
         "parking_lot_access_mbps": crate::runner::PARKING_LOT_ACCESS_MBPS,
+        "loads": loads,
+        "video": {
+            "fps": VIDEO_FPS,
+            "playout_ms": VIDEO_PLAYOUT_MS,
+            "send_buffer_bytes": crate::proto::video::SEND_BUFFER,
+            "min_frame_bytes": crate::proto::video::MIN_FRAME,
+        },
     });
     Ok((cases, settings))
 }
@@ -1417,10 +1450,59 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
         }
     }
     m.insert("utilisation_pct".into(), stats::mean(&utils));
+    video_metrics(case, &mut m);
     let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
     m.insert("queue_delay_mean_ms".into(), max(&means));
     m.insert("queue_delay_p95_ms".into(), max(&p95s));
     m
+}
+
+/// The video figures of a `fairness` case with `load=video` (`proto::video`): every flow's
+/// frames due (`frames_sent`: the sender produces each one, the rate rule only sizes them),
+/// those that did not complete within the playout delay of their production, late or never
+/// (`frames_missed`, `miss_pct`, and per flow `flow<i>_miss_pct`), and the mean size of the
+/// frames received (`frame_size_mean_bytes`; a frame never received has no known size). A
+/// flow that gave no report counts all its frames as missed.
+fn video_metrics(case: &Case, m: &mut BTreeMap<String, f64>) {
+    let video = case.params.get("load").and_then(Value::as_str) == Some("video");
+    if !video {
+        return;
+    }
+    let (mut due, mut missed, mut bytes, mut received) = (0u64, 0u64, 0.0, 0usize);
+    for (i, f) in case.fair_flows.iter().enumerate() {
+        let (d, miss) = match f.transfer.as_ref().and_then(|t| t.video.as_ref()) {
+            Some(v) => {
+                let (miss, _) = crate::proto::video::missed(&v.frames, v.frames_due, v.playout_ms);
+                bytes += v.frames.iter().map(|f| f64::from(f.size)).sum::<f64>();
+                received += v.frames.len();
+                (v.frames_due, miss)
+            }
+            None => {
+                let d = (f.duration_ms * u64::from(VIDEO_FPS) / 1000) as u32;
+                (d, d)
+            }
+        };
+        m.insert(
+            format!("flow{i}_miss_pct"),
+            100.0 * f64::from(miss) / f64::from(d.max(1)),
+        );
+        due += u64::from(d);
+        missed += u64::from(miss);
+    }
+    m.insert("frames_sent".into(), due as f64);
+    m.insert("frames_missed".into(), missed as f64);
+    m.insert(
+        "miss_pct".into(),
+        100.0 * missed as f64 / (due.max(1)) as f64,
+    );
+    m.insert(
+        "frame_size_mean_bytes".into(),
+        if received == 0 {
+            f64::NAN
+        } else {
+            bytes / received as f64
+        },
+    );
 }
 
 fn link_options_of(case: &Case) -> LinkOptions {
@@ -2353,6 +2435,98 @@ mod tests {
     }
 
     #[test]
+    fn video_rows_count_frames_missed_late_or_never() {
+        use crate::results::{FrameSample, VideoSample};
+        let frame = |index, size, latency_ms| FrameSample {
+            index,
+            size,
+            latency_ms,
+        };
+        let video = |frames: Vec<FrameSample>| {
+            Some(VideoSample {
+                fps: 30,
+                frames_due: 4,
+                playout_ms: 150.0,
+                frames,
+            })
+        };
+        let mut flows = vec![
+            fair_flow(0, 0.0, 1_000, 1_000, &["r"]),
+            fair_flow(1, 0.0, 1_000, 1_000, &["r"]),
+            fair_flow(2, 0.0, 1_000, 1_000, &["r"]),
+        ];
+        // Flow 0: all 4 on time. Flow 1: one late, one never. Flow 2: no report (30 due).
+        flows[0].transfer.as_mut().unwrap().video = video(
+            (0..4)
+                .map(|i| frame(i, 2_000, 40.0 + f64::from(i)))
+                .collect(),
+        );
+        flows[1].transfer.as_mut().unwrap().video = video(vec![
+            frame(0, 1_000, 20.0),
+            frame(1, 1_000, 150.0),
+            frame(2, 1_000, 151.0),
+        ]);
+        flows[2].transfer = None;
+        let case = Case {
+            protocol: "tern-cubic".into(),
+            params: params(&[
+                ("case", json!("together")),
+                ("load", json!("video")),
+                ("capacity_mbps", json!(1.0)),
+                ("warmup_s", json!(0)),
+            ]),
+            fair_flows: flows,
+            ..Case::default()
+        };
+        let rows = summarize(&run_file("fairness", "ncvdn", vec![case.clone()]));
+        let m = &rows[0].metrics;
+        assert_eq!(m["frames_sent"], 38.0, "4 + 4 + 30 due");
+        assert_eq!(m["frames_missed"], 32.0, "0 + 2 + 30");
+        assert!((m["miss_pct"] - 100.0 * 32.0 / 38.0).abs() < 1e-9);
+        assert_eq!(m["flow0_miss_pct"], 0.0);
+        assert_eq!(m["flow1_miss_pct"], 50.0);
+        assert_eq!(m["flow2_miss_pct"], 100.0);
+        // The mean over the 7 frames received.
+        assert!((m["frame_size_mean_bytes"] - 11_000.0 / 7.0).abs() < 1e-9);
+        assert_eq!(rows[0].text("load"), "video");
+        // Backlogged cases carry no frame figures.
+        let mut bulk = case;
+        bulk.params.insert("load".into(), json!("bulk"));
+        let m = &summarize(&run_file("fairness", "ncvdn", vec![bulk]))[0].metrics;
+        assert!(!m.contains_key("miss_pct"));
+        assert!(m.contains_key("jain_mean"));
+    }
+
+    #[test]
+    fn fairness_runs_each_case_once_per_load() {
+        let mut o = opts("fairness", None);
+        o.quick = true;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.cases.len(), 4);
+        for c in &p.cases {
+            assert_eq!(c.params["load"], json!("video"), "video by default");
+            let Work::Transfer(t) = &c.work else {
+                panic!("fairness runs transfers")
+            };
+            assert_eq!(t.video.map(|v| v.fps), Some(30));
+        }
+        o.loads = Some(vec!["video".into(), "bulk".into()]);
+        let p = plan(&o).unwrap();
+        assert_eq!(p.cases.len(), 8);
+        let bulk: Vec<&CaseDef> = p
+            .cases
+            .iter()
+            .filter(|c| c.params["load"] == json!("bulk"))
+            .collect();
+        assert_eq!(bulk.len(), 4);
+        assert!(bulk
+            .iter()
+            .all(|c| matches!(&c.work, Work::Transfer(t) if t.video.is_none())));
+        o.loads = Some(vec!["movies".into()]);
+        assert!(plan(&o).is_err());
+    }
+
+    #[test]
     fn link_settings_make_distinct_file_names() {
         assert_eq!(link_slug("reorder=2%,5ms"), "reorder-2-5ms");
         assert_eq!(link_slug("reorder=10%,20ms"), "reorder-10-20ms");
@@ -2376,6 +2550,7 @@ mod tests {
             link_extra: link.map(Into::into),
             count: None,
             deadline_ms: DEFAULT_DEADLINE_MS,
+            loads: None,
         }
     }
 
@@ -2550,6 +2725,7 @@ mod tests {
             reconnect_ms: (connections > 1).then_some(250.0),
             window_resume_ms: None,
             rebinds: 0,
+            video: None,
         }
     }
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::meter::{address_changes, local_addresses, Meter};
+use super::video;
 use crate::results::{FlowSample, RpcSample, TransferSample};
 use crate::spec::{payload, FlowPlan, RpcPlan, TransferPlan};
 
@@ -66,9 +67,15 @@ pub trait Mux: Send + Sync + Sized + 'static {
     }
 }
 
-/// Serves one stream: `R` request, `F` flow (see [`crate::spec`]), or `S`: the serving
-/// connection's statistics as JSON (`stats`), so that a client can report the sender's losses.
-pub async fn serve_stream<W, R>(mut w: W, mut r: R, stats: impl FnOnce() -> Value) -> io::Result<()>
+/// Serves one stream: `R` request, `F` flow (see [`crate::spec`]), `V` video frames sized
+/// from the connection's rate (`hint`, [`send_video`]), or `S`: the serving connection's
+/// statistics as JSON (`stats`), so that a client can report the sender's losses.
+pub async fn serve_stream<W, R>(
+    mut w: W,
+    mut r: R,
+    stats: impl FnOnce() -> Value,
+    hint: impl Fn() -> Option<u64> + Send + 'static,
+) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     R: AsyncRead + Unpin,
@@ -87,6 +94,12 @@ where
             write_pattern(&mut w, size).await?;
             w.shutdown().await?;
         }
+        b'V' => {
+            let frames = r.read_u32().await?;
+            let fps = r.read_u32().await?;
+            send_video(&mut w, frames, fps, hint).await?;
+            w.shutdown().await?;
+        }
         b'S' => {
             let text = serde_json::to_vec(&stats()).map_err(io::Error::other)?;
             w.write_all(&text).await?;
@@ -95,6 +108,48 @@ where
         other => return Err(io::Error::other(format!("unknown request kind {other}"))),
     }
     Ok(())
+}
+
+/// The video sender (`proto::video`): an encoder task produces `frames` frames at `fps`,
+/// each sized by [`video::Encoder`] from `hint` and whether frames still wait to be
+/// written; this task writes them in order (waiting while the transport's bounded send
+/// buffer is full).
+async fn send_video<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frames: u32,
+    fps: u32,
+    hint: impl Fn() -> Option<u64> + Send + 'static,
+) -> io::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let pending = Arc::new(AtomicU64::new(0));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let encoder = {
+        let pending = pending.clone();
+        tokio::spawn(async move {
+            let mut enc = video::Encoder::new(fps);
+            let iv = Duration::from_secs_f64(1.0 / f64::from(fps.max(1)));
+            let start = tokio::time::Instant::now();
+            for i in 0..frames {
+                tokio::time::sleep_until(start + iv * i).await;
+                let size = enc.next_size(hint(), pending.load(Relaxed) > 0);
+                let f = video::frame(i, size, video::monotonic_ns());
+                pending.fetch_add(f.len() as u64, Relaxed);
+                if tx.send(f).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let written = async {
+        while let Some(f) = rx.recv().await {
+            w.write_all(&f).await?;
+            pending.fetch_sub(f.len() as u64, Relaxed);
+        }
+        Ok(())
+    }
+    .await;
+    encoder.abort();
+    written
 }
 
 async fn write_pattern<W: AsyncWrite + Unpin>(w: &mut W, mut n: u64) -> io::Result<()> {
@@ -416,10 +471,15 @@ pub async fn flows_client<M: Mux>(
 /// Asks the server for a flow of `size` bytes (`F` + size on a new two-way flow, then FIN);
 /// returns the flow's reading half.
 async fn request_flow<M: Mux>(conn: &M::Conn, size: u64) -> io::Result<M::R> {
-    let (mut w, r) = M::open_bi(conn).await?;
     let mut req = vec![b'F'];
     req.extend(size.to_be_bytes());
-    w.write_all(&req).await?;
+    request_stream::<M>(conn, &req).await
+}
+
+/// Sends `req` on a new two-way flow, then FIN; returns the flow's reading half.
+async fn request_stream<M: Mux>(conn: &M::Conn, req: &[u8]) -> io::Result<M::R> {
+    let (mut w, r) = M::open_bi(conn).await?;
+    w.write_all(req).await?;
     w.shutdown().await?;
     Ok(r)
 }
@@ -478,7 +538,8 @@ pub async fn transfer_client<M: Mux>(
     let meter = Arc::new(Mutex::new(Meter::new(plan, epoch)));
     let start = Instant::now();
     let deadline = start + Duration::from_millis(plan.timeout_ms);
-    let stop_at = plan.duration_ms.map(|d| start + Duration::from_millis(d));
+    let (stop_at, due) = video::reading_bounds(plan, start);
+    let deframer: Arc<Mutex<video::Deframer>> = Arc::default();
     let conn = match tokio::time::timeout_at(deadline.into(), m.connect()).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -525,10 +586,12 @@ pub async fn transfer_client<M: Mux>(
         });
     }
     let size = plan.size;
+    let req = video::request_for(plan, size);
     let reading = {
         let (conn, meter, opened) = (conn.clone(), meter.clone(), opened.clone());
+        let deframer = deframer.clone();
         async move {
-            let mut r = request_flow::<M>(&conn, size).await?;
+            let mut r = request_stream::<M>(&conn, &req).await?;
             let mut buf = vec![0u8; 256 << 10];
             loop {
                 let k = match stop_at {
@@ -551,6 +614,14 @@ pub async fn transfer_client<M: Mux>(
                 }
                 if size != u64::MAX && mt.received() >= size {
                     break;
+                }
+                if let Some(due) = due {
+                    let mut d = deframer.lock().unwrap();
+                    d.push(&buf[..k], video::monotonic_ns())
+                        .map_err(io::Error::other)?;
+                    if d.frames.len() >= due as usize {
+                        return Ok(true);
+                    }
                 }
             }
             Ok(meter.lock().unwrap().received() >= size)
@@ -576,6 +647,8 @@ pub async fn transfer_client<M: Mux>(
         stats["notes"] = Value::from(notes);
     }
     M::close(&conn);
-    let sample = meter.lock().unwrap().finish(completed);
+    let mut sample = meter.lock().unwrap().finish(completed);
+    let frames = std::mem::take(&mut *deframer.lock().unwrap());
+    sample.video = video::sample(plan, due, frames);
     (sample, error, Value::Array(vec![stats]))
 }

@@ -65,6 +65,10 @@ pub struct ModeSettings {
     /// `mss=N`: the packet size, IP and UDP headers included (as UDT counts its MSS): tern's
     /// datagrams carry N − 28 bytes (IPv4).
     pub mss: Option<u16>,
+    /// `sndbuf=N`: the per-flow send buffer, bytes unacknowledged (the `fairness` video
+    /// sender's bound, `proto::video::SEND_BUFFER`). Not in the row's label: the workload
+    /// sets it for every row alike.
+    pub send_buffer: Option<u32>,
 }
 
 /// IPv4 + UDP headers, what an MSS counts beyond the UDP payload.
@@ -132,9 +136,18 @@ pub fn split_settings(mode: &str) -> Result<(&str, ModeSettings), String> {
                         })?,
                 )
             }
+            "sndbuf" => {
+                settings.send_buffer = Some(
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n >= 4_096)
+                        .ok_or_else(|| bad("send buffer (at least 4096 bytes)"))?,
+                )
+            }
             _ => {
                 return Err(format!(
-                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss)"
+                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss, sndbuf)"
                 ))
             }
         }
@@ -262,6 +275,9 @@ fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfig> {
         None if settings.controller.is_some() => cfg.connection.congestion = cc.factory(),
         None => {}
     }
+    if let Some(b) = settings.send_buffer {
+        cfg.connection.flows.send_buffer = u64::from(b);
+    }
     if let Some(size) = settings.datagram_size() {
         // Both ends: what we send, and what we say we take.
         cfg.connection.max_datagram_size = size;
@@ -309,13 +325,14 @@ pub async fn serve(ep: tern::Endpoint) {
         tokio::spawn(async move {
             while let Ok((w, r)) = c.accept_bi().await {
                 let conn = c.clone();
+                let h = c.clone();
                 tokio::spawn(async move {
-                    let _ = serve_stream(w, r, move || {
+                    let stats = move || {
                         let mut s = stats_json(&conn.stats());
                         s["paths"] = paths_json(&conn.paths());
                         s
-                    })
-                    .await;
+                    };
+                    let _ = serve_stream(w, r, stats, move || tern_rate_hint(&h)).await;
                 });
             }
         });
@@ -692,6 +709,15 @@ mod tests {
         assert!(err.contains("1200"), "{err}");
         assert!(split_settings("flows:iw=0").is_err());
         assert!(split_settings("flows:colour=red").is_err());
+        let (_, s) = split_settings("flows:cc=cubic:sndbuf=32768").unwrap();
+        assert_eq!(s.send_buffer, Some(32_768));
+        assert_eq!(
+            label_for("flows:cc=cubic:sndbuf=32768").unwrap(),
+            "tern-cubic"
+        );
+        assert!(split_settings("flows:sndbuf=10").is_err());
+        let cfg = config(true, "flows:sndbuf=32768").unwrap();
+        assert_eq!(cfg.connection.flows.send_buffer, 32_768);
         let cfg = config(false, "flows:mss=9000:iw=64").unwrap();
         assert_eq!(cfg.connection.max_datagram_size, 8972);
         assert_eq!(cfg.connection.max_recv_datagram_size, 8972);
