@@ -97,7 +97,8 @@ where
         b'V' => {
             let frames = r.read_u32().await?;
             let fps = r.read_u32().await?;
-            send_video(&mut w, frames, fps, hint).await?;
+            let playout_ms = r.read_u32().await?;
+            send_video(&mut w, frames, fps, playout_ms, hint).await?;
             w.shutdown().await?;
         }
         b'S' => {
@@ -113,11 +114,12 @@ where
 /// The video sender (`proto::video`): an encoder task produces `frames` frames at `fps`,
 /// each sized by [`video::Encoder`] from `hint` and whether frames still wait to be
 /// written; this task writes them in order (waiting while the transport's bounded send
-/// buffer is full).
+/// buffer is full), skipping those already past their playout ([`video::stale`]).
 async fn send_video<W: AsyncWrite + Unpin>(
     w: &mut W,
     frames: u32,
     fps: u32,
+    playout_ms: u32,
     hint: impl Fn() -> Option<u64> + Send + 'static,
 ) -> io::Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -142,7 +144,11 @@ async fn send_video<W: AsyncWrite + Unpin>(
     };
     let written = async {
         while let Some(f) = rx.recv().await {
-            w.write_all(&f).await?;
+            let late = video::sent_ns_of(&f)
+                .is_some_and(|t| video::stale(t, video::monotonic_ns(), playout_ms));
+            if !late {
+                w.write_all(&f).await?;
+            }
             pending.fetch_sub(f.len() as u64, Relaxed);
         }
         Ok(())

@@ -146,11 +146,11 @@ fn handle(c: &dyn Conn) -> io::Result<()> {
             Ok(())
         }
         b'V' => {
-            let mut b = [0u8; 8];
+            let mut b = [0u8; 12];
             recv_exact(c, &mut b)?;
-            let (frames, fps) = video::parse_request(&b);
+            let (frames, fps, playout_ms) = video::parse_request(&b);
             c.limit_send_buffer(video::SEND_BUFFER);
-            send_video(c, frames, fps)?;
+            send_video(c, frames, fps, playout_ms)?;
             c.set_read_timeout(Some(Duration::from_secs(30)))?;
             let _ = c.recv(&mut scratch);
             Ok(())
@@ -162,8 +162,9 @@ fn handle(c: &dyn Conn) -> io::Result<()> {
 /// The video sender (`proto::video`): an encoder thread produces `frames` frames at `fps`,
 /// each sized by [`video::Encoder`] from the connection's rate hint and whether frames
 /// still wait to be written; this thread writes them in order (blocking while the
-/// transport's bounded buffer is full).
-fn send_video(c: &dyn Conn, frames: u32, fps: u32) -> io::Result<()> {
+/// transport's bounded buffer is full), skipping those already past their playout
+/// ([`video::stale`]).
+fn send_video(c: &dyn Conn, frames: u32, fps: u32, playout_ms: u32) -> io::Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let pending = AtomicU64::new(0);
     let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
@@ -186,7 +187,11 @@ fn send_video(c: &dyn Conn, frames: u32, fps: u32) -> io::Result<()> {
         // Ends when the encoder is done (its sender dropped) or on a write error (which
         // drops the receiver, and so stops the encoder).
         for f in rx {
-            send_all(c, &f)?;
+            let late = video::sent_ns_of(&f)
+                .is_some_and(|t| video::stale(t, video::monotonic_ns(), playout_ms));
+            if !late {
+                send_all(c, &f)?;
+            }
             pending.fetch_sub(f.len() as u64, Relaxed);
         }
         Ok(())

@@ -4,8 +4,8 @@
 //! when each one completed. A frame misses if it completes more than the playout delay
 //! (150 ms) after it was produced, or never.
 //!
-//! On the wire, after the request (`V`, u32 frames, u32 fps), each frame is a 16-byte header
-//! — u32 index, u32 size (the whole frame, header included), u64 production time in
+//! On the wire, after the request (`V`, u32 frames, u32 fps, u32 playout ms), each frame is
+//! a 16-byte header — u32 index, u32 size (the whole frame, header included), u64 production time in
 //! CLOCK_MONOTONIC nanoseconds — then `size − 16` pattern bytes. The namespaces of a run share
 //! the host's clock, so the receiver subtracts the sender's time from its own.
 
@@ -28,11 +28,12 @@ pub const MAX_FRAME: u32 = 1 << 20;
 /// What the encoder's transport may hold unacknowledged: tern's per-flow send buffer and
 /// kernel TCP's `SO_SNDBUF` (the kernel doubles the value for its bookkeeping, so about as
 /// much payload fits). Without a bound, a transport accepts megabytes at once, the encoder
-/// never sees its frames wait, and frames queue inside the transport for seconds. 32 KiB is
-/// a quarter second at 1 Mbit/s, and more than twice a flow's window on these links
-/// (bandwidth-delay product plus its share of the 100 ms queue), so it bounds the backlog
-/// without limiting the window.
-pub const SEND_BUFFER: u32 = 32 << 10;
+/// never sees its frames wait, and frames queue inside the transport for seconds. 16 KiB is
+/// 0.4 s of a third of 1 Mbit/s, and above a flow's window once three share these links
+/// (bandwidth-delay product plus its third of the 100 ms queue, about 10 kB); a flow alone
+/// (the start of `staggered`) is held below a full queue by it. A first try with 32 KiB left
+/// frames waiting in the transports for up to 0.8 s.
+pub const SEND_BUFFER: u32 = 16 << 10;
 
 /// How long the receiver keeps reading after the last frame was due: beyond it every frame
 /// still missing is late anyway (the playout delay plus the request's way are well under it).
@@ -102,20 +103,33 @@ pub fn monotonic_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// The request that asks the sender for `frames` frames at `fps`.
-pub fn request(frames: u32, fps: u32) -> Vec<u8> {
+/// The request that asks the sender for `frames` frames at `fps`, each given up at
+/// `playout_ms` ([`stale`]).
+pub fn request(frames: u32, fps: u32, playout_ms: u32) -> Vec<u8> {
     let mut r = vec![b'V'];
     r.extend(frames.to_be_bytes());
     r.extend(fps.to_be_bytes());
+    r.extend(playout_ms.to_be_bytes());
     r
 }
 
-/// Parses the 8 bytes after `V`: frames and fps.
-pub fn parse_request(b: &[u8; 8]) -> (u32, u32) {
-    (
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-        u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-    )
+/// Parses the 12 bytes after `V`: frames, fps and playout delay (ms).
+pub fn parse_request(b: &[u8; 12]) -> (u32, u32, u32) {
+    let word = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    (word(0), word(4), word(8))
+}
+
+/// Whether a frame produced at `sent_ns` is stale at `now_ns`: older than the playout delay,
+/// so that it can no longer be on time. The sender skips such a frame instead of handing it
+/// to the transport (it counts as missed, never received), as a real-time sender does: a
+/// frame that cannot be played only delays the ones behind it.
+pub fn stale(sent_ns: u64, now_ns: u64, playout_ms: u32) -> bool {
+    now_ns.saturating_sub(sent_ns) > u64::from(playout_ms) * 1_000_000
+}
+
+/// The production time in a frame built by [`frame`].
+pub fn sent_ns_of(frame: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(frame.get(8..16)?.try_into().ok()?))
 }
 
 /// A whole frame: header, then pattern bytes up to `size` (at least the header).
@@ -145,7 +159,11 @@ pub fn reading_bounds(plan: &TransferPlan, start: Instant) -> (Option<Instant>, 
 /// and `size` bytes.
 pub fn request_for(plan: &TransferPlan, size: u64) -> Vec<u8> {
     match plan.video {
-        Some(v) => request(v.frames(plan.duration_ms.unwrap_or(0)), v.fps),
+        Some(v) => request(
+            v.frames(plan.duration_ms.unwrap_or(0)),
+            v.fps,
+            v.playout_ms.round() as u32,
+        ),
         None => {
             let mut r = vec![b'F'];
             r.extend(size.to_be_bytes());
@@ -328,10 +346,23 @@ mod tests {
 
     #[test]
     fn requests_round_trip() {
-        let r = request(360, 30);
+        let r = request(360, 30, 150);
         assert_eq!(r[0], b'V');
-        let mut b = [0u8; 8];
+        let mut b = [0u8; 12];
         b.copy_from_slice(&r[1..]);
-        assert_eq!(parse_request(&b), (360, 30));
+        assert_eq!(parse_request(&b), (360, 30, 150));
+    }
+
+    #[test]
+    fn a_frame_past_its_playout_is_stale() {
+        let f = frame(3, 100, 1_000_000_000);
+        assert_eq!(sent_ns_of(&f), Some(1_000_000_000));
+        assert_eq!(sent_ns_of(&f[..10]), None);
+        assert!(
+            !stale(1_000_000_000, 1_150_000_000, 150),
+            "exactly at the playout"
+        );
+        assert!(stale(1_000_000_000, 1_150_000_001, 150));
+        assert!(!stale(2_000_000_000, 1_000_000_000, 150), "clock order");
     }
 }
