@@ -610,6 +610,11 @@ pub async fn transfer_client<M: Mux>(
                     None => r.read(&mut buf).await?,
                 };
                 if k == 0 {
+                    // A video sender ends its stream after its last frame (frames it
+                    // skipped never come): that is the flow's normal end.
+                    if due.is_some() {
+                        return Ok(true);
+                    }
                     break;
                 }
                 let now = Instant::now();

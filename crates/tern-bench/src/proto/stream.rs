@@ -534,6 +534,10 @@ pub fn transfer_client(
             }
             match c.recv(&mut buf) {
                 Ok(0) => {
+                    // A video flow ends when the sender has sent its last frame.
+                    if due.is_some() {
+                        break Some(true);
+                    }
                     if got < want {
                         error.get_or_insert("closed early".into());
                     }
