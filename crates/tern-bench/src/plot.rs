@@ -630,11 +630,12 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
         "fairness" => {
             // NC-TCP's figures: Jain's index over time, one line per row, per case; and the
             // throughput–queueing-delay plane (better is up and to the left).
-            // A case is its name and, where the run has both, its load (`together video`).
+            // A case is its name and its load (`together-video`; files written before
+            // loads existed have none).
             let fair_name = |p: &BTreeMap<String, Value>| {
                 let case = value_text(p.get("case"));
                 match p.get("load") {
-                    Some(l) => format!("{case} {}", value_text(Some(l))),
+                    Some(l) => format!("{case}-{}", value_text(Some(l))),
                     None => case,
                 }
             };

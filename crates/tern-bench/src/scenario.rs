@@ -29,7 +29,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("handover", "SLTP/Viscous: a 100 MB transfer with a mobility event at 5 s (the client moves, a path goes dark, every address changes, a window-closed handover): bytes lost and the longest stall"),
     ("initwin", "PaUDT: tern's initial window of 8, 16, 32 and 64 packets: completion of 100 kB and 1 MB flows and the sender's RTT, against TCP (IW10)"),
     ("mss", "PaUDT: tern's packet size (MSS 1300, 1500, 9000 bytes): bulk goodput, CPU per byte and the round trip of small requests"),
-    ("fairness", "NC-TCP: 3 backlogged flows on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
+    ("fairness", "NC-TCP: 3 flows (30 fps video sources following their transport's rate hint, or backlogged with --load bulk) on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: frames missing a 150 ms playout, Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
     ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
 
