@@ -56,8 +56,9 @@ enum Cmd {
         /// Comma-separated tern drivers, tern runs once per mode: `flows` (one two-way flow
         /// per request, results row "tern"), `messages` (one message per request and a
         /// reply matched to it, "tern-msg"), `messages:MS` (the same with a per-request
-        /// deadline of MS ms, "tern-msg-MSms"). Default: messages for mar and echo-sizes,
-        /// flows elsewhere.
+        /// deadline of MS ms, "tern-msg-MSms"), `adaptive:MS` (mar: the client is an encoder
+        /// that sizes each 30 Hz frame from tern's target rate, deadline MS ms,
+        /// "tern-adaptive-MSms"). Default: messages for mar and echo-sizes, flows elsewhere.
         #[arg(long, value_delimiter = ',')]
         tern_mode: Option<Vec<String>>,
         /// Comma-separated tern congestion controllers (newreno, cubic, and the others
@@ -82,6 +83,11 @@ enum Cmd {
         /// on-time fraction counts every request sent (unanswered ones are late).
         #[arg(long, value_name = "MS", default_value_t = tern_bench::scenario::DEFAULT_DEADLINE_MS)]
         deadline: f64,
+        /// fairness: the flows' loads, each case once per load: `video` (a 30 fps encoder
+        /// following its transport's rate hint; frames that miss a 150 ms playout counted)
+        /// and `bulk` (backlogged). Default: video.
+        #[arg(long, value_delimiter = ',')]
+        load: Option<Vec<String>>,
         /// Output directory.
         #[arg(long, default_value = "results")]
         out: PathBuf,
@@ -144,6 +150,7 @@ fn main() -> anyhow::Result<()> {
             link,
             count,
             deadline,
+            load,
             out,
         } => {
             anyhow::ensure!(
@@ -166,6 +173,7 @@ fn main() -> anyhow::Result<()> {
                 link_extra: link,
                 count,
                 deadline_ms: deadline,
+                loads: load,
             };
             tern_bench::run(&opts, &out)?;
         }

@@ -377,7 +377,15 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                         "on-time",
                     ),
                 ] {
-                    let mut series = by_protocol(&rs, |r| r.num("size").map(|s| s / 1e3), metric);
+                    // An adaptive row (one over every frame the encoder sized) is a point at
+                    // its mean frame size.
+                    let x = |r: &Row| {
+                        r.num("size")
+                            .or_else(|| r.metric("sent_size_mean_bytes"))
+                            .map(|s| s / 1e3)
+                    };
+                    let mut series = by_protocol(&rs, x, metric);
+                    series.retain(|s| !s.points.is_empty());
                     if metric == "rtt_p50_ms" {
                         let mut ideal: Vec<(f64, f64)> = rs
                             .iter()
@@ -622,13 +630,18 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
         "fairness" => {
             // NC-TCP's figures: Jain's index over time, one line per row, per case; and the
             // throughput–queueing-delay plane (better is up and to the left).
+            // A case is its name and its load (`together-video`; files written before
+            // loads existed have none).
+            let fair_name = |p: &BTreeMap<String, Value>| {
+                let case = value_text(p.get("case"));
+                match p.get("load") {
+                    Some(l) => format!("{case}-{}", value_text(Some(l))),
+                    None => case,
+                }
+            };
             let mut names: Vec<String> = Vec::new();
             for c in &run.cases {
-                let name = c
-                    .params
-                    .get("case")
-                    .map(|v| value_text(Some(v)))
-                    .unwrap_or_default();
+                let name = fair_name(&c.params);
                 if !names.contains(&name) {
                     names.push(name);
                 }
@@ -637,9 +650,7 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                 let series: Vec<Series> = run
                     .cases
                     .iter()
-                    .filter(|c| {
-                        c.params.get("case").map(|v| value_text(Some(v))) == Some(name.clone())
-                    })
+                    .filter(|c| fair_name(&c.params) == name)
                     .map(|c| Series {
                         name: c.protocol.clone(),
                         points: crate::scenario::jain_over_time(c),
@@ -661,7 +672,10 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                         )
                     },
                 );
-                let rs: Vec<&Row> = rows.iter().filter(|r| pval(r, "case") == name).collect();
+                let rs: Vec<&Row> = rows
+                    .iter()
+                    .filter(|r| fair_name(&r.params) == name)
+                    .collect();
                 let series =
                     by_protocol(&rs, |r| r.metric("queue_delay_p95_ms"), "throughput_mbps");
                 let caption =

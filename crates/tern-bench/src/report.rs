@@ -22,6 +22,7 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("lost_pct", "lost %", 1.0, 1),
             ("on_time_pct", "on time %", 1.0, 1),
             ("on_time_size_mean_bytes", "on-time size kB", 1e-3, 1),
+            ("sent_size_mean_bytes", "sent size kB", 1e-3, 1),
             ("p50_over_ideal", "p50/ideal", 1.0, 2),
             ("rtt_p99_vs_tcp", "p99/TCP", 1.0, 2),
         ],
@@ -136,6 +137,10 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("queue_delay_p95_ms", "qdelay p95 ms", 1.0, 1),
             ("qdelay_b1_p95_ms", "b1 p95 ms", 1.0, 1),
             ("qdelay_b2_p95_ms", "b2 p95 ms", 1.0, 1),
+            ("frames_sent", "frames", 1.0, 0),
+            ("frames_missed", "missed", 1.0, 0),
+            ("miss_pct", "miss %", 1.0, 1),
+            ("frame_size_mean_bytes", "frame kB", 1e-3, 2),
             ("flows_failed", "failed", 1.0, 0),
         ],
         _ => vec![],
@@ -313,8 +318,8 @@ pub fn markdown(run: &RunFile) -> String {
         losses.sort();
         losses.dedup();
         for loss in losses {
-            let _ = writeln!(m, "Loss {loss} %: RTT in ms and on-time % (answered within {deadline} ms, of every request sent) at request sizes 4.5 / 26.1 / 151.2 kB; jitter and lost % averaged over all 9 sizes; on time (all) over every request of every size; p99/TCP is the mean over sizes of the p99 ratio.\n");
-            m += "| protocol | p50 RTT | p99 RTT | std | jitter | lost % | on time % | on time (all) % | p99/TCP |\n|---|---|---|---|---|---|---|---|---|\n";
+            let _ = writeln!(m, "Loss {loss} %: RTT in ms and on-time % (answered within {deadline} ms, of every request sent) at request sizes 4.5 / 26.1 / 151.2 kB (an adaptive encoder's row: once, over every frame it sized); jitter and lost % averaged over all 9 sizes; on time (all) over every request of every size; sent and on-time kB: the mean size of every request sent and of those answered on time; p99/TCP is the mean over sizes of the p99 ratio.\n");
+            m += "| protocol | p50 RTT | p99 RTT | std | jitter | lost % | on time % | on time (all) % | sent kB | on-time kB | p99/TCP |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
             for p in run.protocols() {
                 let rs: Vec<&Row> = rows
                     .iter()
@@ -325,7 +330,14 @@ pub fn markdown(run: &RunFile) -> String {
                 if rs.is_empty() {
                     continue;
                 }
+                let adaptive = rs.iter().find(|r| {
+                    r.params.get("size").and_then(serde_json::Value::as_str)
+                        == Some(crate::scenario::ADAPTIVE_SIZE)
+                });
                 let at = |k: &str| {
+                    if let Some(r) = adaptive {
+                        return fmt(r.metric(k), 1.0, 1);
+                    }
                     sizes
                         .iter()
                         .map(|s| {
@@ -358,9 +370,26 @@ pub fn markdown(run: &RunFile) -> String {
                     }
                 }
                 let all = (sent > 0.0).then(|| on_time / sent);
+                // Mean sizes over every request: sent weighted by count, on time by the
+                // number answered on time.
+                let (mut sent_bytes, mut ok_n, mut ok_bytes) = (0.0, 0.0, 0.0);
+                for r in &rs {
+                    let n = r.metric("n").unwrap_or(0.0);
+                    if let Some(s) = r.metric("sent_size_mean_bytes") {
+                        sent_bytes += n * s;
+                    }
+                    if let (Some(pct), Some(s)) =
+                        (r.metric("on_time_pct"), r.metric("on_time_size_mean_bytes"))
+                    {
+                        ok_n += n * pct / 100.0;
+                        ok_bytes += n * pct / 100.0 * s;
+                    }
+                }
+                let sent_kb = (sent > 0.0 && sent_bytes > 0.0).then(|| sent_bytes / sent);
+                let ok_kb = (ok_n > 0.0).then(|| ok_bytes / ok_n);
                 let _ = writeln!(
                     m,
-                    "| {name} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     at("rtt_p50_ms"),
                     at("rtt_p99_ms"),
                     at("rtt_std_ms"),
@@ -368,6 +397,8 @@ pub fn markdown(run: &RunFile) -> String {
                     avg("lost_pct", 1),
                     at("on_time_pct"),
                     fmt(all, 1.0, 1),
+                    fmt(sent_kb, 1e-3, 1),
+                    fmt(ok_kb, 1e-3, 1),
                     avg("rtt_p99_vs_tcp", 2)
                 );
             }

@@ -194,6 +194,34 @@ pub struct TransferSample {
     /// Times the client told the transport its address changed (quinn: rebind).
     #[serde(default)]
     pub rebinds: u32,
+    /// The video workload's frames (`fairness`, `load=video`), when the transfer was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video: Option<VideoSample>,
+}
+
+/// What the receiver of a video flow saw (`proto::video`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VideoSample {
+    /// Frames per second the sender produced at.
+    pub fps: u32,
+    /// Frames it was asked to produce (every one of them not on time is missed).
+    pub frames_due: u32,
+    /// The playout delay: a frame completing later than this after its production misses.
+    pub playout_ms: f64,
+    /// Every frame that arrived whole, in order of completion.
+    pub frames: Vec<FrameSample>,
+}
+
+/// One video frame that arrived whole.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FrameSample {
+    /// Frame number (0-based).
+    pub index: u32,
+    /// Bytes, header included.
+    pub size: u32,
+    /// From its production at the sender to its last byte read at the receiver (the two
+    /// share the host's CLOCK_MONOTONIC).
+    pub latency_ms: f64,
 }
 
 /// One of the concurrent backlogged flows of a `fairness` case: where it ran, when it

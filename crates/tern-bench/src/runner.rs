@@ -544,6 +544,15 @@ impl Net {
             let Work::Transfer(template) = &def.work else {
                 bail!("concurrent flows run transfers only");
             };
+            // A video sender's transport holds little unacknowledged data, so that its
+            // encoder sees frames wait (`proto::video::SEND_BUFFER`); kernel TCP's server
+            // sets SO_SNDBUF itself when asked for video.
+            let tern_mode = &match (proto, template.video) {
+                (Proto::Tern, Some(_)) => {
+                    format!("{tern_mode}:sndbuf={}", crate::proto::video::SEND_BUFFER)
+                }
+                _ => tern_mode.to_string(),
+            };
             let mut servers = Vec::new();
             for f in &multi.flows {
                 let ip = self.node_ip(&f.server)?;

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::profile::{self, LinkOptions, NetKind, Profile};
 use crate::results::{stats, Case, Row, RpcSample, RunFile, Skipped, TransferSample};
-use crate::spec::{FlowPlan, Proto, RpcPlan, TransferPlan, Work};
+use crate::spec::{FlowPlan, Proto, RpcPlan, TransferPlan, VideoPlan, Work};
 
 /// Scenario names and one-line descriptions.
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -29,9 +29,16 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("handover", "SLTP/Viscous: a 100 MB transfer with a mobility event at 5 s (the client moves, a path goes dark, every address changes, a window-closed handover): bytes lost and the longest stall"),
     ("initwin", "PaUDT: tern's initial window of 8, 16, 32 and 64 packets: completion of 100 kB and 1 MB flows and the sender's RTT, against TCP (IW10)"),
     ("mss", "PaUDT: tern's packet size (MSS 1300, 1500, 9000 bytes): bulk goodput, CPU per byte and the round trip of small requests"),
-    ("fairness", "NC-TCP: 3 backlogged flows on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
+    ("fairness", "NC-TCP: 3 flows (30 fps video sources following their transport's rate hint, or backlogged with --load bulk) on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: frames missing a 150 ms playout, Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
     ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
+
+/// The `fairness` video workload (NC-TCP's metric): 30 frames per second, each missing if
+/// it completes more than 150 ms after it was produced.
+pub const VIDEO_FPS: u32 = 30;
+
+/// See [`VIDEO_FPS`].
+pub const VIDEO_PLAYOUT_MS: f64 = 150.0;
 
 /// When the mobility event of `handover` happens, ms after the client starts.
 pub const HANDOVER_AT_MS: u64 = 5_000;
@@ -77,6 +84,24 @@ impl NetEvent {
 pub const MAR_SIZES: [u32; 9] = [
     4_500, 7_000, 10_800, 16_800, 26_100, 40_500, 62_800, 97_400, 151_200,
 ];
+
+/// The frame an adaptive MAR encoder sends (`--tern-mode adaptive:MS`): the largest of
+/// `sizes` (its quality levels, ascending) that `rate` (bytes per second) carries in one
+/// frame interval of `interval_s`; the smallest when no rate is known yet or none fits (an
+/// encoder always sends something: the lowest quality is its floor).
+pub fn encoder_frame_size(rate: Option<u64>, interval_s: f64, sizes: &[u32]) -> u32 {
+    let smallest = sizes.first().copied().unwrap_or(0);
+    let Some(rate) = rate else {
+        return smallest;
+    };
+    let budget = rate as f64 * interval_s;
+    sizes
+        .iter()
+        .copied()
+        .filter(|&s| f64::from(s) <= budget)
+        .max()
+        .unwrap_or(smallest)
+}
 
 /// Reply size of `mar`.
 pub const MAR_REPLY: u32 = 100;
@@ -131,6 +156,8 @@ pub struct RunOpts {
     /// The deadline of a MAR request (`--deadline MS`): answered within it is on time
     /// ([`on_time`]); mar and cc's MAR load.
     pub deadline_ms: f64,
+    /// `fairness`' loads (`--load video,bulk`): each case once per load. `None`: video.
+    pub loads: Option<Vec<String>>,
 }
 
 /// The MAR study's deadline (DESIGN.md §4): a frame answered more than 150 ms after it was
@@ -551,7 +578,10 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         }
     }
     for m in &tern_modes {
-        crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
+        let mode = crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
+        if matches!(mode, crate::proto::ternp::TernMode::Adaptive { .. }) && scenario != "mar" {
+            bail!("--tern-mode {m}: the adaptive encoder runs in mar only (its 30 Hz frames are the MAR load)");
+        }
     }
     let mut settings = json!({
         "profile": profile,
@@ -821,6 +851,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                         resume_after_ms: None,
                         bin_ms: 100,
                         event_at_ms: None,
+                        video: None,
                     }),
                     profile.net,
                 );
@@ -924,6 +955,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                         resume_after_ms: Some(1_000),
                         bin_ms: 50,
                         event_at_ms: Some(at),
+                        video: None,
                     }),
                     net,
                 );
@@ -1031,6 +1063,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     resume_after_ms: None,
                     bin_ms: 100,
                     event_at_ms: None,
+                    video: None,
                 }),
                 profile.net,
             );
@@ -1050,7 +1083,8 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             cases.push(mar);
         }
         "fairness" => {
-            let f = fairness_cases(q, &link(losses[0], None), profile)?;
+            let loads = o.loads.clone().unwrap_or_else(|| vec!["video".into()]);
+            let f = fairness_cases(q, &link(losses[0], None), profile, &loads)?;
             settings["fairness"] = f.1;
             cases.extend(f.0);
         }
@@ -1117,13 +1151,19 @@ fn fairness_cases(
     q: bool,
     base: &LinkOptions,
     profile: &'static Profile,
+    loads: &[String],
 ) -> anyhow::Result<(Vec<CaseDef>, Value)> {
+    for l in loads {
+        if l != "video" && l != "bulk" {
+            bail!("unknown fairness load {l:?} (video, bulk)");
+        }
+    }
     let secs: u64 = if q { 12 } else { 60 };
     let (gap, last): (u64, u64) = if q { (4, 8) } else { (15, 30) };
     let warmup_s: u64 = if q { 4 } else { 10 };
     let rate = profile.down_mbps.unwrap_or(1.0);
     let rtt = profile.rtt_ms;
-    let transfer = |bin_ms| {
+    let transfer = |bin_ms, load: &str| {
         Work::Transfer(TransferPlan {
             size: u64::MAX,
             duration_ms: None,
@@ -1134,6 +1174,10 @@ fn fairness_cases(
             resume_after_ms: None,
             bin_ms,
             event_at_ms: None,
+            video: (load == "video").then_some(VideoPlan {
+                fps: VIDEO_FPS,
+                playout_ms: VIDEO_PLAYOUT_MS,
+            }),
         })
     };
     let flow =
@@ -1163,23 +1207,26 @@ fn fairness_cases(
             .unwrap_or(0);
         let mut lo = base.clone();
         lo.links = links;
-        let mut def = CaseDef::new(
-            params(&[
-                ("case", json!(name)),
-                ("capacity_mbps", json!(capacity)),
-                ("warmup_s", json!(warmup_s)),
-            ]),
-            lo,
-            transfer(100),
-            net,
-        );
-        def.multi = Some(MultiFlow {
-            flows,
-            bottlenecks: bottlenecks.iter().map(|b| b.to_string()).collect(),
-        });
-        def.profile = prof;
-        def.timeout_s = end_s as f64 + 30.0;
-        cases.push(def);
+        for load in loads {
+            let mut def = CaseDef::new(
+                params(&[
+                    ("case", json!(name)),
+                    ("load", json!(load)),
+                    ("capacity_mbps", json!(capacity)),
+                    ("warmup_s", json!(warmup_s)),
+                ]),
+                lo.clone(),
+                transfer(100, load),
+                net,
+            );
+            def.multi = Some(MultiFlow {
+                flows: flows.clone(),
+                bottlenecks: bottlenecks.iter().map(|b| b.to_string()).collect(),
+            });
+            def.profile = prof;
+            def.timeout_s = end_s as f64 + 30.0;
+            cases.push(def);
+        }
     };
     let r = ["r"];
     add(
@@ -1238,6 +1285,13 @@ fn fairness_cases(
         "warmup_s": warmup_s,
         "rtts_ms": rtts,
         "parking_lot_access_mbps": crate::runner::PARKING_LOT_ACCESS_MBPS,
+        "loads": loads,
+        "video": {
+            "fps": VIDEO_FPS,
+            "playout_ms": VIDEO_PLAYOUT_MS,
+            "send_buffer_bytes": crate::proto::video::SEND_BUFFER,
+            "min_frame_bytes": crate::proto::video::MIN_FRAME,
+        },
     });
     Ok((cases, settings))
 }
@@ -1396,10 +1450,59 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
         }
     }
     m.insert("utilisation_pct".into(), stats::mean(&utils));
+    video_metrics(case, &mut m);
     let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
     m.insert("queue_delay_mean_ms".into(), max(&means));
     m.insert("queue_delay_p95_ms".into(), max(&p95s));
     m
+}
+
+/// The video figures of a `fairness` case with `load=video` (`proto::video`): every flow's
+/// frames due (`frames_sent`: the sender produces each one, the rate rule only sizes them),
+/// those that did not complete within the playout delay of their production, late or never
+/// (`frames_missed`, `miss_pct`, and per flow `flow<i>_miss_pct`), and the mean size of the
+/// frames received (`frame_size_mean_bytes`; a frame never received has no known size). A
+/// flow that gave no report counts all its frames as missed.
+fn video_metrics(case: &Case, m: &mut BTreeMap<String, f64>) {
+    let video = case.params.get("load").and_then(Value::as_str) == Some("video");
+    if !video {
+        return;
+    }
+    let (mut due, mut missed, mut bytes, mut received) = (0u64, 0u64, 0.0, 0usize);
+    for (i, f) in case.fair_flows.iter().enumerate() {
+        let (d, miss) = match f.transfer.as_ref().and_then(|t| t.video.as_ref()) {
+            Some(v) => {
+                let (miss, _) = crate::proto::video::missed(&v.frames, v.frames_due, v.playout_ms);
+                bytes += v.frames.iter().map(|f| f64::from(f.size)).sum::<f64>();
+                received += v.frames.len();
+                (v.frames_due, miss)
+            }
+            None => {
+                let d = (f.duration_ms * u64::from(VIDEO_FPS) / 1000) as u32;
+                (d, d)
+            }
+        };
+        m.insert(
+            format!("flow{i}_miss_pct"),
+            100.0 * f64::from(miss) / f64::from(d.max(1)),
+        );
+        due += u64::from(d);
+        missed += u64::from(miss);
+    }
+    m.insert("frames_sent".into(), due as f64);
+    m.insert("frames_missed".into(), missed as f64);
+    m.insert(
+        "miss_pct".into(),
+        100.0 * missed as f64 / (due.max(1)) as f64,
+    );
+    m.insert(
+        "frame_size_mean_bytes".into(),
+        if received == 0 {
+            f64::NAN
+        } else {
+            bytes / received as f64
+        },
+    );
 }
 
 fn link_options_of(case: &Case) -> LinkOptions {
@@ -1433,6 +1536,33 @@ fn span_s(flows: &[crate::results::FlowSample]) -> f64 {
     (end - start) / 1e3
 }
 
+/// The `size` parameter of an adaptive row (`--tern-mode adaptive:MS`): one row over every
+/// frame, whatever sizes the encoder picked.
+pub const ADAPTIVE_SIZE: &str = "adaptive";
+
+/// The request samples of a request/response case, grouped as rows: per request size
+/// (`Some(size)`), or all together (`None`) for an adaptive encoder's row, whose sizes
+/// follow the transport's rate rather than a sweep (per-size groups would compare frames
+/// sent at different moments and loads, and leave sizes it never chose out).
+fn rpc_groups(case: &Case) -> Vec<(Option<u32>, Vec<&RpcSample>)> {
+    if case
+        .protocol
+        .starts_with(crate::proto::ternp::ADAPTIVE_LABEL)
+    {
+        return vec![(None, case.rpc.iter().collect())];
+    }
+    let mut sizes: Vec<u32> = case.rpc.iter().map(|s| s.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+        .into_iter()
+        .map(|size| {
+            let samples = case.rpc.iter().filter(|s| s.size == size).collect();
+            (Some(size), samples)
+        })
+        .collect()
+}
+
 /// Rows of the summary, from the raw cases.
 pub fn summarize(run: &RunFile) -> Vec<Row> {
     let profile = profile::profile(&run.profile).ok();
@@ -1446,11 +1576,7 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
         }
         match run.scenario.as_str() {
             "mar" | "echo-sizes" | "mss" if !case.rpc.is_empty() || run.scenario != "mss" => {
-                let mut sizes: Vec<u32> = case.rpc.iter().map(|s| s.size).collect();
-                sizes.sort_unstable();
-                sizes.dedup();
-                for size in sizes {
-                    let mut samples: Vec<_> = case.rpc.iter().filter(|s| s.size == size).collect();
+                for (size, mut samples) in rpc_groups(case) {
                     samples.sort_by_key(|s| s.seq);
                     let rtts: Vec<f64> = samples.iter().filter_map(|s| s.rtt_ms).collect();
                     let n = samples.len() as f64;
@@ -1466,9 +1592,11 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                     m.insert("rtt_p99_ms".into(), stats::percentile(&rtts, 99.0));
                     m.insert("jitter_ms".into(), stats::pdv(&rtts));
                     if run.scenario == "mar" {
-                        let (frac, size) = on_time(samples.iter().copied(), deadline);
+                        let (frac, on_time_size) = on_time(samples.iter().copied(), deadline);
                         m.insert("on_time_pct".into(), 100.0 * frac);
-                        m.insert("on_time_size_mean_bytes".into(), size);
+                        m.insert("on_time_size_mean_bytes".into(), on_time_size);
+                        let sent: Vec<f64> = samples.iter().map(|s| f64::from(s.size)).collect();
+                        m.insert("sent_size_mean_bytes".into(), stats::mean(&sent));
                     }
                     let first = samples.iter().map(|s| s.t_ms).fold(f64::INFINITY, f64::min);
                     let last = samples
@@ -1484,14 +1612,19 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                         "throughput_mbps".into(),
                         bytes * 8.0 / ((last - first) * 1e3),
                     );
-                    if let (Some(p), false, Some(r)) = (profile, traced, samples.first()) {
+                    if let (Some(p), false, Some(r), Some(size)) =
+                        (profile, traced, samples.first(), size)
+                    {
                         if let Some(ideal) = p.ideal_rpc_ms(&link_options_of(case), size, r.reply) {
                             m.insert("ideal_ms".into(), ideal);
                             m.insert("p50_over_ideal".into(), stats::median(&rtts) / ideal);
                         }
                     }
                     let mut params = base.clone();
-                    params.insert("size".into(), json!(size));
+                    params.insert(
+                        "size".into(),
+                        size.map_or(json!(ADAPTIVE_SIZE), |s| json!(s)),
+                    );
                     rows.push(Row {
                         protocol: case.protocol.clone(),
                         params,
@@ -2003,6 +2136,90 @@ mod tests {
     }
 
     #[test]
+    fn the_encoder_sends_the_largest_size_its_rate_carries_per_frame() {
+        let iv = 1.0 / 30.0;
+        // No target yet: the lowest quality.
+        assert_eq!(encoder_frame_size(None, iv, &MAR_SIZES), 4_500);
+        // Below the smallest size's rate (4.5 kB × 30 = 135 kB/s): still the smallest.
+        assert_eq!(encoder_frame_size(Some(100_000), iv, &MAR_SIZES), 4_500);
+        assert_eq!(encoder_frame_size(Some(0), iv, &MAR_SIZES), 4_500);
+        // Exactly a size's rate takes that size; just under it, the one below.
+        assert_eq!(
+            encoder_frame_size(Some(26_100 * 30), iv, &MAR_SIZES),
+            26_100
+        );
+        assert_eq!(
+            encoder_frame_size(Some(26_100 * 30 - 1), iv, &MAR_SIZES),
+            16_800
+        );
+        // 3.75 MB/s (30 Mbit/s): 125 kB a frame, so 97.4 kB.
+        assert_eq!(encoder_frame_size(Some(3_750_000), iv, &MAR_SIZES), 97_400);
+        // More than the largest size needs: the largest.
+        assert_eq!(encoder_frame_size(Some(u64::MAX), iv, &MAR_SIZES), 151_200);
+        assert_eq!(encoder_frame_size(Some(1), iv, &[]), 0);
+    }
+
+    #[test]
+    fn an_adaptive_row_is_one_row_over_every_frame_with_its_mean_sizes() {
+        let case = Case {
+            protocol: "tern-adaptive-150ms".into(),
+            params: params(&[("loss", json!(1.0))]),
+            rpc: vec![
+                rpc(0, 4_500, Some(40.0)),
+                rpc(1, 10_800, Some(60.0)),
+                rpc(2, 10_800, Some(300.0)),
+                rpc(3, 26_100, None),
+            ],
+            ..Case::default()
+        };
+        let tcp = Case {
+            protocol: "tcp".into(),
+            params: params(&[("loss", json!(1.0))]),
+            rpc: vec![rpc(0, 4_500, Some(50.0)), rpc(0, 26_100, Some(500.0))],
+            ..Case::default()
+        };
+        let mut run = run_file("mar", "lte", vec![case, tcp]);
+        let rows = summarize(&run);
+        let a: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.protocol.starts_with("tern-adaptive"))
+            .collect();
+        assert_eq!(a.len(), 1, "one row, not one per size chosen");
+        assert_eq!(a[0].text("size"), ADAPTIVE_SIZE);
+        let m = &a[0].metrics;
+        assert_eq!(m["n"], 4.0);
+        assert_eq!(m["on_time_pct"], 50.0);
+        assert!((m["on_time_size_mean_bytes"] - 7_650.0).abs() < 1e-9);
+        assert!((m["sent_size_mean_bytes"] - 13_050.0).abs() < 1e-9);
+        assert_eq!(m["lost_pct"], 25.0);
+        assert!(
+            !m.contains_key("rtt_p99_vs_tcp"),
+            "no TCP row to compare with"
+        );
+        // Cycled rows stay per size, each with its size as the mean sent.
+        let t: Vec<&Row> = rows.iter().filter(|r| r.protocol == "tcp").collect();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[1].metrics["sent_size_mean_bytes"], 26_100.0);
+        // The pivot shows the adaptive row's figures and both mean sizes.
+        run.summary = rows;
+        let md = crate::report::markdown(&run);
+        let line = md
+            .lines()
+            .find(|l| l.contains("tern-adaptive-150ms"))
+            .expect("an adaptive line");
+        assert!(line.contains("| 50.0 | 50.0 | 13.1 | 7.7 |"), "{line}");
+        let tcp_line = md.lines().find(|l| l.starts_with("| tcp |")).unwrap();
+        // tcp: 4.5 and 26.1 kB sent, only the 4.5 kB one on time.
+        assert!(tcp_line.contains("| 15.3 | 4.5 |"), "{tcp_line}");
+        // The figures take the adaptive row as a point at its mean frame size.
+        let dir = std::env::temp_dir().join(format!("tern-bench-adaptive-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let figs = crate::plot::render(&run, &dir).unwrap();
+        assert!(!figs.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn mar_rows_carry_the_on_time_fraction_against_the_runs_deadline() {
         let case = Case {
             protocol: "tern-msg".into(),
@@ -2218,6 +2435,98 @@ mod tests {
     }
 
     #[test]
+    fn video_rows_count_frames_missed_late_or_never() {
+        use crate::results::{FrameSample, VideoSample};
+        let frame = |index, size, latency_ms| FrameSample {
+            index,
+            size,
+            latency_ms,
+        };
+        let video = |frames: Vec<FrameSample>| {
+            Some(VideoSample {
+                fps: 30,
+                frames_due: 4,
+                playout_ms: 150.0,
+                frames,
+            })
+        };
+        let mut flows = vec![
+            fair_flow(0, 0.0, 1_000, 1_000, &["r"]),
+            fair_flow(1, 0.0, 1_000, 1_000, &["r"]),
+            fair_flow(2, 0.0, 1_000, 1_000, &["r"]),
+        ];
+        // Flow 0: all 4 on time. Flow 1: one late, one never. Flow 2: no report (30 due).
+        flows[0].transfer.as_mut().unwrap().video = video(
+            (0..4)
+                .map(|i| frame(i, 2_000, 40.0 + f64::from(i)))
+                .collect(),
+        );
+        flows[1].transfer.as_mut().unwrap().video = video(vec![
+            frame(0, 1_000, 20.0),
+            frame(1, 1_000, 150.0),
+            frame(2, 1_000, 151.0),
+        ]);
+        flows[2].transfer = None;
+        let case = Case {
+            protocol: "tern-cubic".into(),
+            params: params(&[
+                ("case", json!("together")),
+                ("load", json!("video")),
+                ("capacity_mbps", json!(1.0)),
+                ("warmup_s", json!(0)),
+            ]),
+            fair_flows: flows,
+            ..Case::default()
+        };
+        let rows = summarize(&run_file("fairness", "ncvdn", vec![case.clone()]));
+        let m = &rows[0].metrics;
+        assert_eq!(m["frames_sent"], 38.0, "4 + 4 + 30 due");
+        assert_eq!(m["frames_missed"], 32.0, "0 + 2 + 30");
+        assert!((m["miss_pct"] - 100.0 * 32.0 / 38.0).abs() < 1e-9);
+        assert_eq!(m["flow0_miss_pct"], 0.0);
+        assert_eq!(m["flow1_miss_pct"], 50.0);
+        assert_eq!(m["flow2_miss_pct"], 100.0);
+        // The mean over the 7 frames received.
+        assert!((m["frame_size_mean_bytes"] - 11_000.0 / 7.0).abs() < 1e-9);
+        assert_eq!(rows[0].text("load"), "video");
+        // Backlogged cases carry no frame figures.
+        let mut bulk = case;
+        bulk.params.insert("load".into(), json!("bulk"));
+        let m = &summarize(&run_file("fairness", "ncvdn", vec![bulk]))[0].metrics;
+        assert!(!m.contains_key("miss_pct"));
+        assert!(m.contains_key("jain_mean"));
+    }
+
+    #[test]
+    fn fairness_runs_each_case_once_per_load() {
+        let mut o = opts("fairness", None);
+        o.quick = true;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.cases.len(), 4);
+        for c in &p.cases {
+            assert_eq!(c.params["load"], json!("video"), "video by default");
+            let Work::Transfer(t) = &c.work else {
+                panic!("fairness runs transfers")
+            };
+            assert_eq!(t.video.map(|v| v.fps), Some(30));
+        }
+        o.loads = Some(vec!["video".into(), "bulk".into()]);
+        let p = plan(&o).unwrap();
+        assert_eq!(p.cases.len(), 8);
+        let bulk: Vec<&CaseDef> = p
+            .cases
+            .iter()
+            .filter(|c| c.params["load"] == json!("bulk"))
+            .collect();
+        assert_eq!(bulk.len(), 4);
+        assert!(bulk
+            .iter()
+            .all(|c| matches!(&c.work, Work::Transfer(t) if t.video.is_none())));
+        o.loads = Some(vec!["movies".into()]);
+        assert!(plan(&o).is_err());
+    }
+
+    #[test]
     fn link_settings_make_distinct_file_names() {
         assert_eq!(link_slug("reorder=2%,5ms"), "reorder-2-5ms");
         assert_eq!(link_slug("reorder=10%,20ms"), "reorder-10-20ms");
@@ -2241,6 +2550,7 @@ mod tests {
             link_extra: link.map(Into::into),
             count: None,
             deadline_ms: DEFAULT_DEADLINE_MS,
+            loads: None,
         }
     }
 
@@ -2415,6 +2725,7 @@ mod tests {
             reconnect_ms: (connections > 1).then_some(250.0),
             window_resume_ms: None,
             rebinds: 0,
+            video: None,
         }
     }
 

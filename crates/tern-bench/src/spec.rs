@@ -179,6 +179,26 @@ pub struct TransferPlan {
     /// start is not taken for the event's stall.
     #[serde(default)]
     pub event_at_ms: Option<u64>,
+    /// A video source on the sender instead of backlogged data (`fairness`, `load=video`):
+    /// `duration_ms` of frames, each sized from the sender's rate hint (`proto::video`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video: Option<VideoPlan>,
+}
+
+/// The video workload of a transfer (`proto::video`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VideoPlan {
+    /// Frames per second.
+    pub fps: u32,
+    /// A frame completing more than this after its production misses its playout.
+    pub playout_ms: f64,
+}
+
+impl VideoPlan {
+    /// The frames a flow of `duration_ms` produces.
+    pub fn frames(&self, duration_ms: u64) -> u32 {
+        (duration_ms * u64::from(self.fps) / 1000) as u32
+    }
 }
 
 /// What a client does.

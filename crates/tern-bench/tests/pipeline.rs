@@ -212,6 +212,7 @@ fn transfer_pipeline() {
         reconnect_ms: None,
         window_resume_ms: None,
         rebinds: 1,
+        video: None,
     };
     let mut cases = Vec::new();
     for event in ["rebind", "blackhole"] {

@@ -186,6 +186,7 @@ mod tests {
             resume_after_ms: None,
             bin_ms: 100,
             event_at_ms: None,
+            video: None,
         }
     }
 

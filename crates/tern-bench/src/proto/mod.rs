@@ -10,3 +10,4 @@ pub mod stream;
 pub mod tcp;
 pub mod ternp;
 pub mod udp;
+pub mod video;

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::meter::{address_changes, local_addresses, Meter};
+use super::video;
 use crate::results::{FlowSample, RpcSample, TransferSample};
 use crate::spec::{payload, FlowPlan, RpcPlan, TransferPlan};
 
@@ -47,6 +48,17 @@ pub trait Mux: Send + Sync + Sized + 'static {
     fn close_window(_conn: &Self::Conn) {}
     /// Opens it again.
     fn open_window(_conn: &Self::Conn) {}
+    /// Whether the client is an encoder that picks each request's size from the
+    /// transport's rate ([`Mux::rate_hint`]) instead of cycling through the plan's sizes
+    /// (tern's `adaptive:MS` mode, [`rpc_client`]).
+    fn adaptive(&self) -> bool {
+        false
+    }
+    /// The rate an encoder on this connection should produce, bytes per second (`None`: no
+    /// estimate yet, or the protocol gives none).
+    fn rate_hint(_conn: &Self::Conn) -> Option<u64> {
+        None
+    }
     /// The client's local addresses changed (`(old, new)` pairs): tell the protocol if it
     /// can be told (quinn: `Endpoint::rebind` on a new socket; tern:
     /// `Endpoint::local_ip_changed`). `Ok(false)`: it has no way to be told.
@@ -55,9 +67,15 @@ pub trait Mux: Send + Sync + Sized + 'static {
     }
 }
 
-/// Serves one stream: `R` request, `F` flow (see [`crate::spec`]), or `S`: the serving
-/// connection's statistics as JSON (`stats`), so that a client can report the sender's losses.
-pub async fn serve_stream<W, R>(mut w: W, mut r: R, stats: impl FnOnce() -> Value) -> io::Result<()>
+/// Serves one stream: `R` request, `F` flow (see [`crate::spec`]), `V` video frames sized
+/// from the connection's rate (`hint`, [`send_video`]), or `S`: the serving connection's
+/// statistics as JSON (`stats`), so that a client can report the sender's losses.
+pub async fn serve_stream<W, R>(
+    mut w: W,
+    mut r: R,
+    stats: impl FnOnce() -> Value,
+    hint: impl Fn() -> Option<u64> + Send + 'static,
+) -> io::Result<()>
 where
     W: AsyncWrite + Unpin,
     R: AsyncRead + Unpin,
@@ -76,6 +94,13 @@ where
             write_pattern(&mut w, size).await?;
             w.shutdown().await?;
         }
+        b'V' => {
+            let frames = r.read_u32().await?;
+            let fps = r.read_u32().await?;
+            let playout_ms = r.read_u32().await?;
+            send_video(&mut w, frames, fps, playout_ms, hint).await?;
+            w.shutdown().await?;
+        }
         b'S' => {
             let text = serde_json::to_vec(&stats()).map_err(io::Error::other)?;
             w.write_all(&text).await?;
@@ -84,6 +109,53 @@ where
         other => return Err(io::Error::other(format!("unknown request kind {other}"))),
     }
     Ok(())
+}
+
+/// The video sender (`proto::video`): an encoder task produces `frames` frames at `fps`,
+/// each sized by [`video::Encoder`] from `hint` and whether frames still wait to be
+/// written; this task writes them in order (waiting while the transport's bounded send
+/// buffer is full), skipping those already past their playout ([`video::stale`]).
+async fn send_video<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    frames: u32,
+    fps: u32,
+    playout_ms: u32,
+    hint: impl Fn() -> Option<u64> + Send + 'static,
+) -> io::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let pending = Arc::new(AtomicU64::new(0));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let encoder = {
+        let pending = pending.clone();
+        tokio::spawn(async move {
+            let mut enc = video::Encoder::new(fps);
+            let iv = Duration::from_secs_f64(1.0 / f64::from(fps.max(1)));
+            let start = tokio::time::Instant::now();
+            for i in 0..frames {
+                tokio::time::sleep_until(start + iv * i).await;
+                let size = enc.next_size(hint(), pending.load(Relaxed) > 0);
+                let f = video::frame(i, size, video::monotonic_ns());
+                pending.fetch_add(f.len() as u64, Relaxed);
+                if tx.send(f).is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let written = async {
+        while let Some(f) = rx.recv().await {
+            let late = video::sent_ns_of(&f)
+                .is_some_and(|t| video::stale(t, video::monotonic_ns(), playout_ms));
+            if !late {
+                w.write_all(&f).await?;
+            }
+            pending.fetch_sub(f.len() as u64, Relaxed);
+        }
+        Ok(())
+    }
+    .await;
+    encoder.abort();
+    written
 }
 
 async fn write_pattern<W: AsyncWrite + Unpin>(w: &mut W, mut n: u64) -> io::Result<()> {
@@ -128,12 +200,16 @@ fn ms_since(epoch: Instant, t: Instant) -> f64 {
     t.saturating_duration_since(epoch).as_secs_f64() * 1e3
 }
 
-/// Runs a request/response plan, one connection per request size, one stream per request.
+/// Runs a request/response plan, one connection per request size, one stream per request;
+/// an adaptive client ([`Mux::adaptive`]) runs [`adaptive_client`] instead.
 pub async fn rpc_client<M: Mux>(
     m: Arc<M>,
     plan: &RpcPlan,
     epoch: Instant,
 ) -> (Vec<RpcSample>, Option<String>, Value) {
+    if let (true, Some(iv)) = (m.adaptive(), plan.interval_ms) {
+        return adaptive_client(m, plan, iv, epoch).await;
+    }
     let mut out = Vec::new();
     let mut error: Option<String> = None;
     let mut stats = Vec::new();
@@ -232,6 +308,106 @@ pub async fn rpc_client<M: Mux>(
     (out, error, Value::Array(stats))
 }
 
+/// The plan's load with the client as an encoder: as many open-loop requests (frames) as
+/// the plan has in all (`per_size` × sizes), one every `interval_ms`, on one connection;
+/// each frame's size is the largest plan size the transport's rate allows per interval
+/// ([`crate::scenario::encoder_frame_size`]), read when the frame is due. Samples carry the
+/// frame number as `seq` and the size chosen.
+pub async fn adaptive_client<M: Mux>(
+    m: Arc<M>,
+    plan: &RpcPlan,
+    interval_ms: f64,
+    epoch: Instant,
+) -> (Vec<RpcSample>, Option<String>, Value) {
+    let n = plan.per_size as usize * plan.sizes.len();
+    let mut sizes = plan.sizes.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let reply_of = |size: u32| plan.reply.unwrap_or(size);
+    // One prepared message per size: `R`, reply size, payload.
+    let msgs: Vec<Arc<[u8]>> = sizes
+        .iter()
+        .map(|&size| {
+            let mut msg = vec![b'R'];
+            msg.extend(reply_of(size).to_be_bytes());
+            msg.extend(payload(size as usize));
+            msg.into()
+        })
+        .collect();
+    let conn = match m.connect().await {
+        Ok(c) => c,
+        Err(e) => {
+            let t_ms = ms_since(epoch, Instant::now());
+            let size = sizes.first().copied().unwrap_or(0);
+            let lost = (0..n).map(|i| RpcSample {
+                seq: i as u32,
+                size,
+                reply: reply_of(size),
+                t_ms,
+                rtt_ms: None,
+            });
+            return (lost.collect(), Some(format!("connect: {e}")), Value::Null);
+        }
+    };
+    let start = Instant::now() + Duration::from_millis(5);
+    let mut sched = Vec::with_capacity(n);
+    let mut chosen = Vec::with_capacity(n);
+    let rtt: Arc<Mutex<Vec<Option<f64>>>> = Arc::new(Mutex::new(vec![None; n]));
+    let first_error: Arc<Mutex<Option<String>>> = Arc::default();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let at = start + Duration::from_secs_f64(i as f64 * interval_ms / 1e3);
+        sched.push(at);
+        tokio::time::sleep_until(at.into()).await;
+        let size =
+            crate::scenario::encoder_frame_size(M::rate_hint(&conn), interval_ms / 1e3, &sizes);
+        chosen.push(size);
+        let k = sizes.iter().position(|&s| s == size).unwrap_or(0);
+        let (conn, msg, rtt, first_error) = (
+            conn.clone(),
+            msgs[k].clone(),
+            rtt.clone(),
+            first_error.clone(),
+        );
+        let reply = reply_of(size);
+        tasks.spawn(async move {
+            match M::request(&conn, msg, reply).await {
+                Ok(true) => rtt.lock().unwrap()[i] = Some(ms_since(at, Instant::now())),
+                Ok(false) => {}
+                Err(e) => {
+                    first_error.lock().unwrap().get_or_insert(e.to_string());
+                }
+            }
+        });
+    }
+    let drain = tokio::time::sleep(Duration::from_millis(plan.drain_ms));
+    tokio::pin!(drain);
+    loop {
+        tokio::select! {
+            r = tasks.join_next() => if r.is_none() { break },
+            () = &mut drain => break,
+        }
+    }
+    tasks.abort_all();
+    let stats = M::stats(&conn);
+    M::close(&conn);
+    let error = first_error.lock().unwrap().take();
+    let rtt = rtt.lock().unwrap().clone();
+    let out = rtt
+        .into_iter()
+        .zip(sched.iter().zip(&chosen))
+        .enumerate()
+        .map(|(i, (rtt_ms, (at, &size)))| RpcSample {
+            seq: i as u32,
+            size,
+            reply: reply_of(size),
+            t_ms: ms_since(epoch, *at),
+            rtt_ms,
+        })
+        .collect();
+    (out, error, Value::Array(vec![stats]))
+}
+
 /// Runs a flow plan: one task per thread, each flow on a new connection.
 pub async fn flows_client<M: Mux>(
     m: Arc<M>,
@@ -301,10 +477,15 @@ pub async fn flows_client<M: Mux>(
 /// Asks the server for a flow of `size` bytes (`F` + size on a new two-way flow, then FIN);
 /// returns the flow's reading half.
 async fn request_flow<M: Mux>(conn: &M::Conn, size: u64) -> io::Result<M::R> {
-    let (mut w, r) = M::open_bi(conn).await?;
     let mut req = vec![b'F'];
     req.extend(size.to_be_bytes());
-    w.write_all(&req).await?;
+    request_stream::<M>(conn, &req).await
+}
+
+/// Sends `req` on a new two-way flow, then FIN; returns the flow's reading half.
+async fn request_stream<M: Mux>(conn: &M::Conn, req: &[u8]) -> io::Result<M::R> {
+    let (mut w, r) = M::open_bi(conn).await?;
+    w.write_all(req).await?;
     w.shutdown().await?;
     Ok(r)
 }
@@ -363,7 +544,8 @@ pub async fn transfer_client<M: Mux>(
     let meter = Arc::new(Mutex::new(Meter::new(plan, epoch)));
     let start = Instant::now();
     let deadline = start + Duration::from_millis(plan.timeout_ms);
-    let stop_at = plan.duration_ms.map(|d| start + Duration::from_millis(d));
+    let (stop_at, due) = video::reading_bounds(plan, start);
+    let deframer: Arc<Mutex<video::Deframer>> = Arc::default();
     let conn = match tokio::time::timeout_at(deadline.into(), m.connect()).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
@@ -410,10 +592,12 @@ pub async fn transfer_client<M: Mux>(
         });
     }
     let size = plan.size;
+    let req = video::request_for(plan, size);
     let reading = {
         let (conn, meter, opened) = (conn.clone(), meter.clone(), opened.clone());
+        let deframer = deframer.clone();
         async move {
-            let mut r = request_flow::<M>(&conn, size).await?;
+            let mut r = request_stream::<M>(&conn, &req).await?;
             let mut buf = vec![0u8; 256 << 10];
             loop {
                 let k = match stop_at {
@@ -426,6 +610,11 @@ pub async fn transfer_client<M: Mux>(
                     None => r.read(&mut buf).await?,
                 };
                 if k == 0 {
+                    // A video sender ends its stream after its last frame (frames it
+                    // skipped never come): that is the flow's normal end.
+                    if due.is_some() {
+                        return Ok(true);
+                    }
                     break;
                 }
                 let now = Instant::now();
@@ -436,6 +625,14 @@ pub async fn transfer_client<M: Mux>(
                 }
                 if size != u64::MAX && mt.received() >= size {
                     break;
+                }
+                if let Some(due) = due {
+                    let mut d = deframer.lock().unwrap();
+                    d.push(&buf[..k], video::monotonic_ns())
+                        .map_err(io::Error::other)?;
+                    if d.frames.len() >= due as usize {
+                        return Ok(true);
+                    }
                 }
             }
             Ok(meter.lock().unwrap().received() >= size)
@@ -461,6 +658,8 @@ pub async fn transfer_client<M: Mux>(
         stats["notes"] = Value::from(notes);
     }
     M::close(&conn);
-    let sample = meter.lock().unwrap().finish(completed);
+    let mut sample = meter.lock().unwrap().finish(completed);
+    let frames = std::mem::take(&mut *deframer.lock().unwrap());
+    sample.video = video::sample(plan, due, frames);
     (sample, error, Value::Array(vec![stats]))
 }

@@ -62,6 +62,15 @@ pub fn server(addr: SocketAddr) -> io::Result<(quinn::Endpoint, String)> {
     Ok((ep, hex(&der)))
 }
 
+/// quinn's rate for a video encoder (`fairness`' video flows), bytes per second: its window
+/// over the smoothed RTT (quinn's statistics have no minimum RTT, so the min RTT / RTT
+/// scaling tern's and TCP's hints get is left out).
+fn quic_rate_hint(c: &quinn::Connection) -> Option<u64> {
+    let p = c.stats().path;
+    let rtt = p.rtt.as_secs_f64();
+    (p.cwnd > 0 && rtt > 0.0).then(|| (p.cwnd as f64 / rtt) as u64)
+}
+
 /// Serves until the process is killed.
 pub async fn serve(ep: quinn::Endpoint) {
     while let Some(incoming) = ep.accept().await {
@@ -70,7 +79,14 @@ pub async fn serve(ep: quinn::Endpoint) {
             while let Ok((w, r)) = conn.accept_bi().await {
                 let c = conn.clone();
                 tokio::spawn(async move {
-                    let _ = serve_stream(w, r, move || QuicClient::stats(&c)).await;
+                    let h = c.clone();
+                    let _ = serve_stream(
+                        w,
+                        r,
+                        move || QuicClient::stats(&c),
+                        move || quic_rate_hint(&h),
+                    )
+                    .await;
                 });
             }
         });

@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::meter::Meter;
+use super::video;
 use crate::results::{FlowSample, RpcSample, TransferSample};
 use crate::spec::{parse_rpc_header, payload, rpc_header, FlowPlan, RpcPlan, TransferPlan};
 
@@ -24,6 +25,14 @@ pub trait Conn: Send + Sync {
     fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
     /// Unblocks and ends everything (both directions).
     fn shutdown(&self);
+    /// The rate a video encoder on this connection should produce, bytes per second
+    /// (`None`: not known yet, or the transport does not say).
+    fn rate_hint(&self) -> Option<u64> {
+        None
+    }
+    /// Bounds what the transport holds unacknowledged (the video sender,
+    /// [`video::SEND_BUFFER`]); a transport without the knob keeps its own.
+    fn limit_send_buffer(&self, _bytes: u32) {}
 }
 
 /// A listening socket.
@@ -136,8 +145,57 @@ fn handle(c: &dyn Conn) -> io::Result<()> {
             let _ = c.recv(&mut scratch);
             Ok(())
         }
+        b'V' => {
+            let mut b = [0u8; 12];
+            recv_exact(c, &mut b)?;
+            let (frames, fps, playout_ms) = video::parse_request(&b);
+            c.limit_send_buffer(video::SEND_BUFFER);
+            send_video(c, frames, fps, playout_ms)?;
+            c.set_read_timeout(Some(Duration::from_secs(30)))?;
+            let _ = c.recv(&mut scratch);
+            Ok(())
+        }
         other => Err(io::Error::other(format!("unknown request kind {other}"))),
     }
+}
+
+/// The video sender (`proto::video`): an encoder thread produces `frames` frames at `fps`,
+/// each sized by [`video::Encoder`] from the connection's rate hint and whether frames
+/// still wait to be written; this thread writes them in order (blocking while the
+/// transport's bounded buffer is full), skipping those already past their playout
+/// ([`video::stale`]).
+fn send_video(c: &dyn Conn, frames: u32, fps: u32, playout_ms: u32) -> io::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let pending = AtomicU64::new(0);
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    thread::scope(|s| {
+        let pending = &pending;
+        s.spawn(move || {
+            let mut enc = video::Encoder::new(fps);
+            let iv = Duration::from_secs_f64(1.0 / f64::from(fps.max(1)));
+            let start = Instant::now();
+            for i in 0..frames {
+                sleep_until(start + iv * i);
+                let size = enc.next_size(c.rate_hint(), pending.load(Relaxed) > 0);
+                let f = video::frame(i, size, video::monotonic_ns());
+                pending.fetch_add(f.len() as u64, Relaxed);
+                if tx.send(f).is_err() {
+                    return; // the writer failed
+                }
+            }
+        });
+        // Ends when the encoder is done (its sender dropped) or on a write error (which
+        // drops the receiver, and so stops the encoder).
+        for f in rx {
+            let late = video::sent_ns_of(&f)
+                .is_some_and(|t| video::stale(t, video::monotonic_ns(), playout_ms));
+            if !late {
+                send_all(c, &f)?;
+            }
+            pending.fetch_sub(f.len() as u64, Relaxed);
+        }
+        Ok(())
+    })
 }
 
 /// Sleeps until `t`.
@@ -426,7 +484,8 @@ pub fn transfer_client(
     let mut meter = Meter::new(plan, epoch);
     let start = Instant::now();
     let deadline = start + Duration::from_millis(plan.timeout_ms);
-    let stop_at = plan.duration_ms.map(|d| start + Duration::from_millis(d));
+    let (stop_at, due) = video::reading_bounds(plan, start);
+    let mut deframer = video::Deframer::default();
     let mut buf = vec![0u8; 256 << 10];
     let mut error: Option<String> = None;
     let mut gave_up: Option<Instant> = None;
@@ -450,8 +509,7 @@ pub fn transfer_client(
                 }
             }
         };
-        let mut req = vec![b'F'];
-        req.extend(want.to_be_bytes());
+        let req = video::request_for(plan, want);
         if let Err(e) = send_all(c.as_ref(), &req) {
             error.get_or_insert(format!("send: {e}"));
             break false;
@@ -476,6 +534,10 @@ pub fn transfer_client(
             }
             match c.recv(&mut buf) {
                 Ok(0) => {
+                    // A video flow ends when the sender has sent its last frame.
+                    if due.is_some() {
+                        break Some(true);
+                    }
                     if got < want {
                         error.get_or_insert("closed early".into());
                     }
@@ -493,6 +555,15 @@ pub fn transfer_client(
                     silent_since = now;
                     if want != u64::MAX && got >= want {
                         break Some(true);
+                    }
+                    if let Some(due) = due {
+                        if let Err(e) = deframer.push(&buf[..k], video::monotonic_ns()) {
+                            error.get_or_insert(e);
+                            break Some(false);
+                        }
+                        if deframer.frames.len() >= due as usize {
+                            break Some(true);
+                        }
                     }
                 }
                 Err(e) if timed_out(&e) => {}
@@ -520,5 +591,7 @@ pub fn transfer_client(
             }
         }
     };
-    (meter.finish(completed), error)
+    let mut sample = meter.finish(completed);
+    sample.video = video::sample(plan, due, deframer);
+    (sample, error)
 }

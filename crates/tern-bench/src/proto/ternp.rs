@@ -22,18 +22,13 @@ use tern::MessageOptions;
 use super::mux::{serve_stream, Mux};
 use crate::spec::payload;
 
-/// The rate a video source on this connection should encode at, bytes per second (`None`:
-/// no estimate yet) — the one place the `fairness` video workload asks tern for its rate, so
-/// that it can switch to `Connection::target_rate()` (the explicit-rate sender) by changing
-/// this function alone. For now: the primary path's pacing rate, or its congestion window
-/// over the smoothed RTT when the controller does not pace.
+/// The rate an encoder on this connection should produce, bytes per second (`None`: no
+/// estimate yet): tern's F13 target rate, `Connection::target_rate()` — the routers' rate
+/// where they stamp one (explicit controller), else the controller's estimate, scaled by
+/// min RTT / RTT and less packet overheads. The one place the `mar` adaptive mode and the
+/// `fairness` video workload ask tern for their rate.
 pub fn tern_rate_hint(conn: &tern::Connection) -> Option<u64> {
-    let s = conn.stats();
-    if s.pacing_rate > 0 {
-        return Some(s.pacing_rate);
-    }
-    let rtt = s.rtt.as_secs_f64();
-    (s.cwnd > 0 && rtt > 0.0).then(|| (s.cwnd as f64 / rtt) as u64)
+    conn.target_rate().map(|t| t.bytes_per_second)
 }
 
 /// How the client carries requests.
@@ -49,6 +44,13 @@ pub enum TernMode {
         /// Requests and replies are sent redundantly (`MessageOptions::redundant`).
         redundant: bool,
     },
+    /// The client is an encoder following tern's target rate (`mar`): one connection, one
+    /// request message per 30 Hz frame with this deadline, its size the largest MAR size
+    /// the target rate allows per frame ([`crate::scenario::encoder_frame_size`]).
+    Adaptive {
+        /// Per-frame deadline, as `Messages`' (required: a late frame is useless).
+        deadline: Duration,
+    },
 }
 
 /// The settings a tern mode may end with, each `:KEY=VALUE` (how `--tern-cc` and the
@@ -63,6 +65,10 @@ pub struct ModeSettings {
     /// `mss=N`: the packet size, IP and UDP headers included (as UDT counts its MSS): tern's
     /// datagrams carry N − 28 bytes (IPv4).
     pub mss: Option<u16>,
+    /// `sndbuf=N`: the per-flow send buffer, bytes unacknowledged (the `fairness` video
+    /// sender's bound, `proto::video::SEND_BUFFER`). Not in the row's label: the workload
+    /// sets it for every row alike.
+    pub send_buffer: Option<u32>,
 }
 
 /// IPv4 + UDP headers, what an MSS counts beyond the UDP payload.
@@ -130,9 +136,18 @@ pub fn split_settings(mode: &str) -> Result<(&str, ModeSettings), String> {
                         })?,
                 )
             }
+            "sndbuf" => {
+                settings.send_buffer = Some(
+                    value
+                        .parse()
+                        .ok()
+                        .filter(|n| *n >= 4_096)
+                        .ok_or_else(|| bad("send buffer (at least 4096 bytes)"))?,
+                )
+            }
             _ => {
                 return Err(format!(
-                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss)"
+                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss, sndbuf)"
                 ))
             }
         }
@@ -163,13 +178,14 @@ pub fn label_for(mode: &str) -> Result<String, String> {
 }
 
 impl TernMode {
-    /// Parses `flows` or `messages[:MS][:redundant]`, each optionally followed by
-    /// `:multipath` (which [`is_multipath`] reads; the way requests are carried is the same)
-    /// and by `:cc=NAME` (a built-in congestion controller, which [`controller_of`] reads).
+    /// Parses `flows`, `messages[:MS][:redundant]` or `adaptive:MS`, each optionally
+    /// followed by `:multipath` (which [`is_multipath`] reads; the way requests are carried
+    /// is the same) and by `:cc=NAME` (a built-in congestion controller, which
+    /// [`controller_of`] reads).
     pub fn parse(s: &str) -> Result<Self, String> {
         let bad = || {
             format!(
-                "unknown --tern-mode {s:?} (flows or messages[:MS][:redundant], then optionally :multipath)"
+                "unknown --tern-mode {s:?} (flows, messages[:MS][:redundant] or adaptive:MS, then optionally :multipath)"
             )
         };
         let s = split_settings(s)?.0;
@@ -178,6 +194,14 @@ impl TernMode {
         match parts.next() {
             Some("flows") if parts.next().is_none() => return Ok(Self::Flows),
             Some("messages") => {}
+            Some("adaptive") => {
+                return match (parts.next().map(str::parse::<u64>), parts.next()) {
+                    (Some(Ok(ms)), None) if ms > 0 => Ok(Self::Adaptive {
+                        deadline: Duration::from_millis(ms),
+                    }),
+                    _ => Err(bad()),
+                }
+            }
             _ => return Err(bad()),
         }
         let (mut deadline, mut redundant) = (None, false);
@@ -198,10 +222,11 @@ impl TernMode {
     }
 
     /// The name results carry: `tern` (flows), `tern-msg`, `tern-msg-150ms`,
-    /// `tern-msg-150ms-red`.
+    /// `tern-msg-150ms-red`, `tern-adaptive-150ms`.
     pub fn label(self) -> String {
         match self {
             Self::Flows => "tern".into(),
+            Self::Adaptive { deadline } => format!("{ADAPTIVE_LABEL}-{}ms", deadline.as_millis()),
             Self::Messages {
                 deadline,
                 redundant,
@@ -218,6 +243,10 @@ impl TernMode {
         }
     }
 }
+
+/// How the labels of adaptive rows begin: `summarize` gives such a row one line over every
+/// frame instead of one per size (its sizes are the encoder's choice, not a sweep).
+pub const ADAPTIVE_LABEL: &str = "tern-adaptive";
 
 /// Request bytes: `R`, reply size (u32), redundancy flag (u8), payload. The flag tells the
 /// server to send the reply redundantly too.
@@ -245,6 +274,9 @@ fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfig> {
         Some(iw) => cfg.connection.congestion = cc.factory_with_initial_window(iw),
         None if settings.controller.is_some() => cfg.connection.congestion = cc.factory(),
         None => {}
+    }
+    if let Some(b) = settings.send_buffer {
+        cfg.connection.flows.send_buffer = u64::from(b);
     }
     if let Some(size) = settings.datagram_size() {
         // Both ends: what we send, and what we say we take.
@@ -293,13 +325,14 @@ pub async fn serve(ep: tern::Endpoint) {
         tokio::spawn(async move {
             while let Ok((w, r)) = c.accept_bi().await {
                 let conn = c.clone();
+                let h = c.clone();
                 tokio::spawn(async move {
-                    let _ = serve_stream(w, r, move || {
+                    let stats = move || {
                         let mut s = stats_json(&conn.stats());
                         s["paths"] = paths_json(&conn.paths());
                         s
-                    })
-                    .await;
+                    };
+                    let _ = serve_stream(w, r, stats, move || tern_rate_hint(&h)).await;
                 });
             }
         });
@@ -456,14 +489,18 @@ impl Mux for TernClient {
     }
 
     async fn request(c: &TernConn, msg: Arc<[u8]>, reply: u32) -> io::Result<bool> {
-        let TernMode::Messages {
-            deadline,
-            redundant,
-        } = c.mode
-        else {
-            return super::mux::one_request::<Self>(c, &msg, reply)
-                .await
-                .map(|()| true);
+        let (deadline, redundant) = match c.mode {
+            TernMode::Messages {
+                deadline,
+                redundant,
+            } => (deadline, redundant),
+            // An adaptive client's frames are deadline messages like `messages:MS`'.
+            TernMode::Adaptive { deadline } => (Some(deadline), false),
+            TernMode::Flows => {
+                return super::mux::one_request::<Self>(c, &msg, reply)
+                    .await
+                    .map(|()| true)
+            }
         };
         let mut opts = MessageOptions::default().unordered();
         if let Some(d) = deadline {
@@ -499,6 +536,14 @@ impl Mux for TernClient {
     }
 
     const HAS_WINDOW: bool = true;
+
+    fn adaptive(&self) -> bool {
+        matches!(self.mode, TernMode::Adaptive { .. })
+    }
+
+    fn rate_hint(c: &TernConn) -> Option<u64> {
+        tern_rate_hint(&c.conn)
+    }
 
     /// The client's addresses changed (`old` → `new` pairs): `Endpoint::local_ip_changed`
     /// moves every path that used `old` (new source, fresh RTT and controller, what was in
@@ -601,6 +646,20 @@ mod tests {
         assert!(TernMode::parse("messages:0").is_err());
         assert!(TernMode::parse("messages:x").is_err());
         assert!(TernMode::parse("datagrams").is_err());
+        assert_eq!(
+            TernMode::parse("adaptive:150"),
+            Ok(TernMode::Adaptive {
+                deadline: Duration::from_millis(150)
+            })
+        );
+        assert_eq!(
+            label_for("adaptive:150:cc=explicit").unwrap(),
+            "tern-adaptive-150ms-explicit"
+        );
+        // The deadline is required: a frame without one is never late.
+        assert!(TernMode::parse("adaptive").is_err());
+        assert!(TernMode::parse("adaptive:0").is_err());
+        assert!(TernMode::parse("adaptive:150:redundant").is_err());
         assert_eq!(label_for("flows:multipath").unwrap(), "tern-mp");
         assert_eq!(label_for("flows").unwrap(), "tern");
         assert_eq!(
@@ -650,6 +709,15 @@ mod tests {
         assert!(err.contains("1200"), "{err}");
         assert!(split_settings("flows:iw=0").is_err());
         assert!(split_settings("flows:colour=red").is_err());
+        let (_, s) = split_settings("flows:cc=cubic:sndbuf=32768").unwrap();
+        assert_eq!(s.send_buffer, Some(32_768));
+        assert_eq!(
+            label_for("flows:cc=cubic:sndbuf=32768").unwrap(),
+            "tern-cubic"
+        );
+        assert!(split_settings("flows:sndbuf=10").is_err());
+        let cfg = config(true, "flows:sndbuf=32768").unwrap();
+        assert_eq!(cfg.connection.flows.send_buffer, 32_768);
         let cfg = config(false, "flows:mss=9000:iw=64").unwrap();
         assert_eq!(cfg.connection.max_datagram_size, 8972);
         assert_eq!(cfg.connection.max_recv_datagram_size, 8972);
