@@ -7,42 +7,18 @@
 
 mod common;
 
-use std::process::Stdio;
-
-use tern_netem::{Direction, DirectionConfig, DirectionStats, DuplexConfig, EmulationConfig};
-use tern_netem::{Topology, TopologySpec};
+use tern_netem::DirectionStats;
 
 /// One 20 MB `tern perf` from `c` to `s` over a 50 Mbit/s, 20 ms RTT link with a 250 kB queue
 /// and `ecn` settings on the data direction. Returns the client's report line and the data
 /// direction's counters.
 fn perf(ecn: &str) -> (String, DirectionStats) {
-    let topo = Topology::build(&TopologySpec::single()).expect("topology");
-    let mut up = DirectionConfig::default();
-    up.apply(&format!("delay=10ms rate=50mbit queue=250kB {ecn}"))
-        .expect("settings");
-    let mut down = DirectionConfig::default();
-    down.apply("delay=10ms rate=50mbit").expect("settings");
-    let emu = topo
-        .start(&EmulationConfig::default().with_link("r", DuplexConfig { up, down }))
-        .expect("emulator");
-    let server_addr = format!("{}:4433", topo.addr("s").expect("server address"));
-    let tern = env!("CARGO_BIN_EXE_tern");
-    let (server, _stderr) = common::perf_server(&topo, "s", &server_addr);
-    let out = topo
-        .command("c", tern)
-        .expect("node")
-        .args(["perf", &server_addr, "--bytes", "20M"])
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("client runs");
-    assert!(out.status.success(), "tern perf failed: {:?}", out.status);
-    let report = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.starts_with("tern "))
-        .expect("report line")
-        .to_owned();
-    let stats = emu.stats("r", Direction::Up).expect("counters");
-    drop(server);
+    let (report, stats) = common::perf_over(
+        &format!("delay=10ms rate=50mbit queue=250kB {ecn}"),
+        "delay=10ms rate=50mbit",
+        &[],
+        "20M",
+    );
     println!("{ecn:>12}: {report}\n{:>12}  link: {stats:?}", "");
     (report, stats)
 }

@@ -8,42 +8,18 @@
 
 mod common;
 
-use std::process::Stdio;
-
-use tern_netem::{Direction, DirectionConfig, DirectionStats, DuplexConfig, EmulationConfig};
-use tern_netem::{Topology, TopologySpec};
+use tern_netem::DirectionStats;
 
 /// One 8 MB `tern --cc CC perf` from `c` to `s` over a 20 Mbit/s, 40 ms RTT link with a
 /// 250 kB queue and `extra` settings on the data direction. Returns the client's report line
 /// and the data direction's counters.
 fn perf(cc: &str, extra: &str) -> (String, DirectionStats) {
-    let topo = Topology::build(&TopologySpec::single()).expect("topology");
-    let mut up = DirectionConfig::default();
-    up.apply(&format!("delay=20ms rate=20mbit queue=250kB {extra}"))
-        .expect("settings");
-    let mut down = DirectionConfig::default();
-    down.apply("delay=20ms rate=20mbit").expect("settings");
-    let emu = topo
-        .start(&EmulationConfig::default().with_link("r", DuplexConfig { up, down }))
-        .expect("emulator");
-    let server_addr = format!("{}:4433", topo.addr("s").expect("server address"));
-    let tern = env!("CARGO_BIN_EXE_tern");
-    let (server, _stderr) = common::perf_server(&topo, "s", &server_addr);
-    let out = topo
-        .command("c", tern)
-        .expect("node")
-        .args(["--cc", cc, "perf", &server_addr, "--bytes", "8M"])
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("client runs");
-    assert!(out.status.success(), "tern perf failed: {:?}", out.status);
-    let report = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.starts_with("tern "))
-        .expect("report line")
-        .to_owned();
-    let stats = emu.stats("r", Direction::Up).expect("counters");
-    drop(server);
+    let (report, stats) = common::perf_over(
+        &format!("delay=20ms rate=20mbit queue=250kB {extra}"),
+        "delay=20ms rate=20mbit",
+        &["--cc", cc],
+        "8M",
+    );
     println!("{cc} {extra:>10}: {report}\n{:>12}  link: {stats:?}", "");
     (report, stats)
 }

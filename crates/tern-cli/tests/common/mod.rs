@@ -42,3 +42,46 @@ pub fn perf_server(topo: &Topology, node: &str, listen: &str) -> (Killed, Receiv
     );
     (server, rx)
 }
+
+/// One `tern [GLOBAL…] perf SERVER --bytes BYTES` from `c` to `s` over tern-netem's `single`
+/// topology whose link `r` has `up` settings on the data direction and `down` on the
+/// acknowledgements'. Returns the client's report line and the data direction's counters.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn perf_over(
+    up: &str,
+    down: &str,
+    global: &[&str],
+    bytes: &str,
+) -> (String, tern_netem::DirectionStats) {
+    use tern_netem::{Direction, DirectionConfig, DuplexConfig, EmulationConfig, TopologySpec};
+    let topo = Topology::build(&TopologySpec::single()).expect("topology");
+    let (mut up_cfg, mut down_cfg) = (DirectionConfig::default(), DirectionConfig::default());
+    up_cfg.apply(up).expect("settings");
+    down_cfg.apply(down).expect("settings");
+    let link = DuplexConfig {
+        up: up_cfg,
+        down: down_cfg,
+    };
+    let emu = topo
+        .start(&EmulationConfig::default().with_link("r", link))
+        .expect("emulator");
+    let server_addr = format!("{}:4433", topo.addr("s").expect("server address"));
+    let (server, _stderr) = perf_server(&topo, "s", &server_addr);
+    let out = topo
+        .command("c", env!("CARGO_BIN_EXE_tern"))
+        .expect("node")
+        .args(global)
+        .args(["perf", &server_addr, "--bytes", bytes])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("client runs");
+    assert!(out.status.success(), "tern perf failed: {:?}", out.status);
+    let report = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.starts_with("tern "))
+        .expect("report line")
+        .to_owned();
+    let stats = emu.stats("r", Direction::Up).expect("counters");
+    drop(server);
+    (report, stats)
+}
