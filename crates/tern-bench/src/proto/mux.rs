@@ -196,6 +196,46 @@ pub(crate) async fn one_request<M: Mux>(conn: &M::Conn, msg: &[u8], reply: u32) 
     Ok(())
 }
 
+/// Where one timed request of a paced request load records its outcome: its round trip (ms,
+/// from its scheduled time `at`) into slot `i` of `rtt`, or the load's first error.
+struct Timed {
+    i: usize,
+    at: Instant,
+    rtt: Arc<Mutex<Vec<Option<f64>>>>,
+    first_error: Arc<Mutex<Option<String>>>,
+}
+
+impl Timed {
+    /// Makes the request and records what came of it (nothing when the protocol gave it up at
+    /// its deadline).
+    async fn request<M: Mux>(self, conn: M::Conn, msg: Arc<[u8]>, reply: u32) {
+        match M::request(&conn, msg, reply).await {
+            Ok(true) => self.rtt.lock().unwrap()[self.i] = Some(ms_since(self.at, Instant::now())),
+            Ok(false) => {}
+            Err(e) => {
+                self.first_error
+                    .lock()
+                    .unwrap()
+                    .get_or_insert(e.to_string());
+            }
+        }
+    }
+}
+
+/// Waits until every request task has ended or `drain_ms` has passed, whichever is first, and
+/// aborts what is left.
+async fn drain(tasks: &mut tokio::task::JoinSet<()>, drain_ms: u64) {
+    let deadline = tokio::time::sleep(Duration::from_millis(drain_ms));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            r = tasks.join_next() => if r.is_none() { break },
+            () = &mut deadline => break,
+        }
+    }
+    tasks.abort_all();
+}
+
 fn ms_since(epoch: Instant, t: Instant) -> f64 {
     t.saturating_duration_since(epoch).as_secs_f64() * 1e3
 }
@@ -246,29 +286,15 @@ pub async fn rpc_client<M: Mux>(
                     let at = start + Duration::from_secs_f64(i as f64 * iv / 1e3);
                     sched.push(at);
                     tokio::time::sleep_until(at.into()).await;
-                    let (conn, msg, rtt, first_error) =
-                        (conn.clone(), msg.clone(), rtt.clone(), first_error.clone());
-                    tasks.spawn(async move {
-                        match M::request(&conn, msg, reply).await {
-                            Ok(true) => {
-                                rtt.lock().unwrap()[i] = Some(ms_since(at, Instant::now()));
-                            }
-                            Ok(false) => {}
-                            Err(e) => {
-                                first_error.lock().unwrap().get_or_insert(e.to_string());
-                            }
-                        }
-                    });
+                    let timed = Timed {
+                        i,
+                        at,
+                        rtt: rtt.clone(),
+                        first_error: first_error.clone(),
+                    };
+                    tasks.spawn(timed.request::<M>(conn.clone(), msg.clone(), reply));
                 }
-                let drain = tokio::time::sleep(Duration::from_millis(plan.drain_ms));
-                tokio::pin!(drain);
-                loop {
-                    tokio::select! {
-                        r = tasks.join_next() => if r.is_none() { break },
-                        () = &mut drain => break,
-                    }
-                }
-                tasks.abort_all();
+                drain(&mut tasks, plan.drain_ms).await;
             }
             None => {
                 for _ in 0..n {
@@ -363,32 +389,15 @@ pub async fn adaptive_client<M: Mux>(
             crate::scenario::encoder_frame_size(M::rate_hint(&conn), interval_ms / 1e3, &sizes);
         chosen.push(size);
         let k = sizes.iter().position(|&s| s == size).unwrap_or(0);
-        let (conn, msg, rtt, first_error) = (
-            conn.clone(),
-            msgs[k].clone(),
-            rtt.clone(),
-            first_error.clone(),
-        );
-        let reply = reply_of(size);
-        tasks.spawn(async move {
-            match M::request(&conn, msg, reply).await {
-                Ok(true) => rtt.lock().unwrap()[i] = Some(ms_since(at, Instant::now())),
-                Ok(false) => {}
-                Err(e) => {
-                    first_error.lock().unwrap().get_or_insert(e.to_string());
-                }
-            }
-        });
+        let timed = Timed {
+            i,
+            at,
+            rtt: rtt.clone(),
+            first_error: first_error.clone(),
+        };
+        tasks.spawn(timed.request::<M>(conn.clone(), msgs[k].clone(), reply_of(size)));
     }
-    let drain = tokio::time::sleep(Duration::from_millis(plan.drain_ms));
-    tokio::pin!(drain);
-    loop {
-        tokio::select! {
-            r = tasks.join_next() => if r.is_none() { break },
-            () = &mut drain => break,
-        }
-    }
-    tasks.abort_all();
+    drain(&mut tasks, plan.drain_ms).await;
     let stats = M::stats(&conn);
     M::close(&conn);
     let error = first_error.lock().unwrap().take();
