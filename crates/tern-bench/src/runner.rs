@@ -388,16 +388,7 @@ impl Net {
     /// before the next run, brings links back). Never fails: errors go into the case.
     pub fn run_case(&mut self, proto: Proto, def: &CaseDef, tern_mode: &str, tag: &str) -> Case {
         let started = Instant::now();
-        let protocol = match proto {
-            Proto::Tern => {
-                crate::proto::ternp::label_for(tern_mode).unwrap_or_else(|_| proto.name().into())
-            }
-            _ => proto.name().into(),
-        };
-        let mut case = Case {
-            protocol,
-            ..Case::default()
-        };
+        let mut case = empty_case(proto, tern_mode);
         let (path, timeout_s) = (def.path, def.timeout_s);
         let multipath = proto == Proto::Tern
             && (crate::proto::ternp::is_multipath(tern_mode)
@@ -529,16 +520,7 @@ impl Net {
     /// servers. Never fails: errors go into the case (and the flow).
     pub fn run_flows(&mut self, proto: Proto, def: &CaseDef, tern_mode: &str, tag: &str) -> Case {
         let started = Instant::now();
-        let protocol = match proto {
-            Proto::Tern => {
-                crate::proto::ternp::label_for(tern_mode).unwrap_or_else(|_| proto.name().into())
-            }
-            _ => proto.name().into(),
-        };
-        let mut case = Case {
-            protocol,
-            ..Case::default()
-        };
+        let mut case = empty_case(proto, tern_mode);
         let r = (|| -> anyhow::Result<()> {
             let multi = def.multi.as_ref().context("a case without flows")?;
             let Work::Transfer(template) = &def.work else {
@@ -881,4 +863,19 @@ enum Undo {
 
 fn run_quiet(cmd: &mut Command) {
     let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+}
+
+/// A case with only its results-row name set: the protocol's, or for tern the mode's label
+/// (`tern-msg`, `tern-bbr`, …).
+fn empty_case(proto: Proto, tern_mode: &str) -> Case {
+    let protocol = match proto {
+        Proto::Tern => {
+            crate::proto::ternp::label_for(tern_mode).unwrap_or_else(|_| proto.name().into())
+        }
+        _ => proto.name().into(),
+    };
+    Case {
+        protocol,
+        ..Case::default()
+    }
 }
