@@ -32,9 +32,13 @@ pub(crate) fn controller() -> tern::cc::Algorithm {
 }
 
 /// An endpoint builder for identity `pair` with the global options applied (`--cc`,
-/// `--qlog`).
-fn builder(pair: StaticKeypair) -> tern::EndpointBuilder {
-    let b = Endpoint::builder(pair).configure(|c| c.connection.congestion = controller().factory());
+/// `--qlog`). A key `new` to this run was never an earlier server's, so that server may trust
+/// first-flight timestamps from its start (PROTOCOL.md §7.6).
+fn builder(pair: StaticKeypair, new: bool) -> tern::EndpointBuilder {
+    let b = Endpoint::builder(pair).configure(|c| {
+        c.connection.congestion = controller().factory();
+        c.first_flight.trust_start = new;
+    });
     match GLOBALS.get().and_then(|g| g.qlog.clone()) {
         Some(dir) => b.qlog_dir(dir),
         None => b,
@@ -44,7 +48,7 @@ fn builder(pair: StaticKeypair) -> tern::EndpointBuilder {
 /// A server on an ephemeral loopback port with a new key, for the in-process comparisons
 /// and the demo.
 pub(crate) fn loopback_server() -> Result<Endpoint> {
-    builder(StaticKeypair::generate(tern::entropy()))
+    builder(StaticKeypair::generate(tern::entropy()), true)
         .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .server()
         .build()
@@ -139,7 +143,7 @@ pub(crate) fn bind_server(args: &ServerArgs, what: &str) -> Result<Endpoint> {
             .collect(),
         None => Vec::new(),
     };
-    let ep = builder(pair)
+    let ep = builder(pair, args.key.is_none())
         .bind(listen)
         .server()
         .configure(|c| c.connection.advertise = advertise.clone())
@@ -190,7 +194,7 @@ pub(crate) async fn connect(
         None => interface_ips(addr.ip()),
     };
     let scheduler = paths.scheduler;
-    let ep = builder(StaticKeypair::generate(tern::entropy()))
+    let ep = builder(StaticKeypair::generate(tern::entropy()), true)
         .bind(bind)
         .configure(|c| {
             c.connection.local_ips = local_ips;

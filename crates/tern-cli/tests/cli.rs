@@ -277,3 +277,128 @@ fn the_congestion_controller_is_chosen_by_name() {
     );
     assert!(err.contains("cubic"), "{err}");
 }
+
+/// A UDP relay on loopback between one client and `server` that keeps a copy of the first
+/// datagram the client sent (what an on-path observer records). Runs until dropped.
+struct RecordingRelay {
+    port: u16,
+    first: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RecordingRelay {
+    fn new(server: std::net::SocketAddr) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let port = socket.local_addr().unwrap().port();
+        let first = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (first2, stop2) = (first.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut client = None;
+            let mut buf = vec![0u8; 65_536];
+            while !stop2.load(Ordering::Relaxed) {
+                let Ok((n, from)) = socket.recv_from(&mut buf) else {
+                    continue;
+                };
+                if from == server {
+                    if let Some(c) = client {
+                        let _ = socket.send_to(&buf[..n], c);
+                    }
+                } else {
+                    client = Some(from);
+                    first2
+                        .lock()
+                        .unwrap()
+                        .get_or_insert_with(|| buf[..n].to_vec());
+                    let _ = socket.send_to(&buf[..n], server);
+                }
+            }
+        });
+        Self {
+            port,
+            first,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for RecordingRelay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The attack found from outside (issue 13): a server run as `tern recv --once` was kept from
+/// its legitimate client by a first flight an observer had recorded earlier. The replay must
+/// neither deliver its data again nor take the one-shot server's only connection.
+#[test]
+fn a_replayed_first_flight_neither_delivers_again_nor_takes_a_one_shot_server() {
+    let dir = TempDir::new("replay");
+    let (key, public) = keygen(&dir.0);
+    let first = dir.0.join("first.txt");
+    std::fs::write(&first, b"pay 100 EUR to Mallory").unwrap();
+    let second = dir.0.join("second.txt");
+    std::fs::write(&second, b"the legitimate client's file").unwrap();
+    let (inbox1, inbox2) = (dir.0.join("in1"), dir.0.join("in2"));
+    std::fs::create_dir_all(&inbox1).unwrap();
+    std::fs::create_dir_all(&inbox2).unwrap();
+
+    // An observer on the path records the first transfer's first datagram.
+    let port = free_port();
+    let mut server = start_recv(&key, port, &inbox1);
+    let relay = RecordingRelay::new(format!("127.0.0.1:{port}").parse().unwrap());
+    let out = tern()
+        .arg("send")
+        .arg(&first)
+        .arg(format!("127.0.0.1:{}", relay.port))
+        .args(["--server-key", &public])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "first send failed: {}", stderr(&out));
+    assert!(server.0.wait().unwrap().success());
+    let recorded = relay.first.lock().unwrap().clone().expect("recorded");
+    drop(relay);
+
+    // The server runs again (same key, same port) and the observer replays the recording
+    // before the legitimate client comes.
+    let mut server = start_recv(&key, port, &inbox2);
+    let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for _ in 0..3 {
+        attacker
+            .send_to(&recorded, format!("127.0.0.1:{port}"))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = tern()
+        .arg("send")
+        .arg(&second)
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--server-key", &public])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "legitimate send failed: {}",
+        stderr(&out)
+    );
+    let status = server.0.wait().unwrap();
+    assert!(status.success(), "recv --once exited with {status}");
+    assert_eq!(
+        std::fs::read(inbox2.join("second.txt")).unwrap(),
+        b"the legitimate client's file"
+    );
+    assert!(
+        !inbox2.join("first.txt").exists(),
+        "the replayed first flight delivered its data again"
+    );
+}

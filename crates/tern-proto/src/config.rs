@@ -181,6 +181,34 @@ pub enum RetryPolicy {
     AboveHandshakes(usize),
 }
 
+/// How a server decides whether the early data of an IK first flight may be delivered at once
+/// (docs/PROTOCOL.md §7.6). A flight it cannot prove fresh still connects; its early data waits
+/// until the client proves it is live (one more round trip).
+#[derive(Debug, Clone)]
+pub struct FirstFlightConfig {
+    /// How far a client's timestamp may be from the server's clock. Larger tolerates worse
+    /// clocks and costs register memory (a flight is kept for two windows). 10 s, as
+    /// WireGuard's and TLS deployments' skew allowances are of that order.
+    pub window: Duration,
+    /// Most first flights remembered (about 60 bytes each). Beyond it flights are unproven,
+    /// never accepted twice. 65 536 is 3 300 handshakes/s for two windows of 10 s.
+    pub register_capacity: usize,
+    /// Trust timestamps from the start: only when no earlier instance of this server, with
+    /// the same key, can have seen a flight in the last window (simulations, tests). Off by
+    /// default: a restarted server proves nothing fresh for one window (RFC 8446 §8.2).
+    pub trust_start: bool,
+}
+
+impl Default for FirstFlightConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(10),
+            register_capacity: 1 << 16,
+            trust_start: false,
+        }
+    }
+}
+
 /// Settings of an endpoint: identity, secrets and defaults for its connections.
 #[derive(Clone)]
 pub struct EndpointConfig {
@@ -202,6 +230,17 @@ pub struct EndpointConfig {
     pub connection: ConnectionConfig,
     /// Most connections kept at once; further Initials are refused.
     pub max_connections: usize,
+    /// Most handshakes in progress at once (server connections not yet handed to
+    /// `Endpoint::accept`); further Initials are refused as busy. Bounds what a flood of
+    /// Initials or replayed first flights can hold.
+    pub max_half_open: usize,
+    /// The wall clock at the instant the endpoint is created with (time since the UNIX
+    /// epoch). The core reads no clock; drivers pass `SystemTime::now()`. Without it a client
+    /// sends no timestamp and a server proves no first flight fresh (§7.6), so early data
+    /// waits one round trip.
+    pub wall_clock: Option<Duration>,
+    /// Replay protection of the client's first flight (docs/PROTOCOL.md §7.6).
+    pub first_flight: FirstFlightConfig,
     /// Free a connection as soon as its `Drained` event is polled. Simple drivers and
     /// simulations want this; a runtime whose application may still hold unread data of a
     /// closed connection turns it off and calls `Endpoint::release` itself.
@@ -238,6 +277,9 @@ impl EndpointConfig {
             retry_token_lifetime: Duration::from_secs(10),
             connection: ConnectionConfig::default(),
             max_connections: 100_000,
+            max_half_open: 4096,
+            wall_clock: None,
+            first_flight: FirstFlightConfig::default(),
             release_drained: true,
         }
     }

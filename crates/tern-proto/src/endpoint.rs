@@ -19,8 +19,11 @@ use rand_chacha::ChaCha20Rng;
 
 use crate::config::{EndpointConfig, RetryPolicy};
 use crate::connection::handshake::{self, Accept};
+use crate::connection::Announce;
 use crate::connection::{Connection, Transmit};
-use crate::crypto::{Handshake, PublicKey, ResetKey, RetryTokenKey};
+use crate::crypto::{
+    FirstFlightRegister, Freshness, Handshake, PublicKey, ResetKey, RetryTokenKey, RESET_TOKEN_LEN,
+};
 use crate::error::ConnectError;
 use crate::event::Event;
 use crate::recovery::EcnCodepoint;
@@ -51,6 +54,17 @@ pub struct EndpointStats {
     pub version_negotiations: u64,
     /// Initials below the 1200-byte minimum.
     pub short_initials: u64,
+    /// IK first flights seen before within the replay window: dropped without state or
+    /// answer (§7.6).
+    pub replayed_first_flights: u64,
+    /// IK first flights that could not be proven fresh (no or stale timestamp, register full,
+    /// server starting): their early data waited for the client to prove it is live.
+    pub unproven_first_flights: u64,
+    /// Initials refused because `max_half_open` handshakes were in progress.
+    pub half_open_refused: u64,
+    /// Half-open handshakes that timed out without the client proving it is live (replays,
+    /// spoofed Initials, clients gone); the application never saw them.
+    pub half_open_expired: u64,
 }
 
 /// A datagram the endpoint sends without a connection (Retry, reset, refusal, VN).
@@ -71,6 +85,16 @@ pub struct Endpoint {
     free: Vec<usize>,
     /// Routing table: our connection IDs (and clients' original DCIDs during the handshake).
     routes: HashMap<ConnectionId, usize>,
+    /// Our connections' peers' stateless-reset tokens, to recognise a reset in O(1).
+    reset_tokens: HashMap<[u8; RESET_TOKEN_LEN], usize>,
+    /// Live connections, and how many of them are half-open (not yet announced).
+    count: usize,
+    hidden: usize,
+    /// First flights seen recently (replay protection, §7.6).
+    register: FirstFlightRegister,
+    /// The wall clock at `epoch`, and when this endpoint started by it.
+    wall_epoch: Option<Duration>,
+    started_unix: Option<Duration>,
     stateless: VecDeque<Stateless>,
     accepted: VecDeque<ConnectionHandle>,
     events: VecDeque<(ConnectionHandle, Event)>,
@@ -94,6 +118,11 @@ impl Endpoint {
         let mut rng = ChaCha20Rng::from_seed(config.rng_seed);
         let mut token_secret = [0; 32];
         rng.fill_bytes(&mut token_secret);
+        let register = FirstFlightRegister::new(
+            config.first_flight.window,
+            config.first_flight.register_capacity,
+        );
+        let wall_clock = config.wall_clock;
         Self {
             reset_key: ResetKey::new(&config.reset_secret),
             token_key: RetryTokenKey::new(&token_secret),
@@ -103,6 +132,12 @@ impl Endpoint {
             connections: Vec::new(),
             free: Vec::new(),
             routes: HashMap::new(),
+            reset_tokens: HashMap::new(),
+            count: 0,
+            hidden: 0,
+            register,
+            wall_epoch: wall_clock,
+            started_unix: wall_clock,
             stateless: VecDeque::new(),
             accepted: VecDeque::new(),
             events: VecDeque::new(),
@@ -121,9 +156,27 @@ impl Endpoint {
         &self.stats
     }
 
-    /// Live connections.
+    /// Live connections the application has: its own and those `accept` handed out.
     pub fn connection_count(&self) -> usize {
-        self.connections.iter().filter(|c| c.is_some()).count()
+        self.count - self.hidden
+    }
+
+    /// Handshakes in progress that the application has not seen yet (server side).
+    pub fn half_open_count(&self) -> usize {
+        self.hidden
+    }
+
+    /// Resets the wall clock (time since the UNIX epoch) at `now`, e.g. after the system
+    /// clock was stepped. See [`EndpointConfig::wall_clock`].
+    pub fn set_wall_clock(&mut self, now: Instant, unix: Duration) {
+        let since = now.saturating_duration_since(self.epoch);
+        self.wall_epoch = Some(unix.saturating_sub(since));
+        self.started_unix.get_or_insert(unix);
+    }
+
+    /// The wall clock at `now`, if the driver gave one.
+    fn unix_now(&self, now: Instant) -> Option<Duration> {
+        Some(self.wall_epoch? + now.saturating_duration_since(self.epoch))
     }
 
     /// A connection, for application commands.
@@ -141,12 +194,15 @@ impl Endpoint {
             .sum()
     }
 
-    /// The handles of every connection alive on this endpoint.
+    /// The handles of every connection alive on this endpoint that the application has.
     pub fn handles(&self) -> impl Iterator<Item = ConnectionHandle> + '_ {
         self.connections
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.is_some())
+            .filter(|(_, c)| {
+                c.as_ref()
+                    .is_some_and(|c| c.announce == Announce::Announced)
+            })
             .map(|(i, _)| ConnectionHandle(i))
     }
 
@@ -200,6 +256,10 @@ impl Endpoint {
 
     fn insert(&mut self, mut conn: Connection) -> ConnectionHandle {
         self.seed(&mut conn);
+        self.count += 1;
+        if conn.announce != Announce::Announced {
+            self.hidden += 1;
+        }
         let idx = match self.free.pop() {
             Some(i) => {
                 self.connections[i] = Some(conn);
@@ -222,7 +282,7 @@ impl Endpoint {
         remote: SocketAddr,
         server_key: Option<PublicKey>,
     ) -> Result<ConnectionHandle, ConnectError> {
-        if self.connection_count() >= self.config.max_connections {
+        if self.count >= self.config.max_connections {
             return Err(ConnectError::TooManyConnections);
         }
         let local_cid = self.new_cid();
@@ -236,7 +296,11 @@ impl Endpoint {
             &prologue,
             entropy,
         )?;
-        let params = self.local_params(&local_cid);
+        let mut params = self.local_params(&local_cid);
+        // The server's replay check of our first flight (§7.6); never 0, which means none.
+        params.first_flight_time_us = self
+            .unix_now(now)
+            .map_or(0, |t| (t.as_micros() as u64).max(1));
         let config = Arc::new(self.config.connection.clone());
         let conn = Connection::new(
             Side::Client,
@@ -311,6 +375,7 @@ impl Endpoint {
                 if let Some(conn) = self.connections[idx].as_mut() {
                     conn.handle_short(now, remote, local, ecn, data);
                 }
+                self.announce_if_ready(idx);
             }
             None => {
                 if self.detect_stateless_reset(data) {
@@ -324,20 +389,27 @@ impl Endpoint {
 
     /// A datagram for no known connection may be a stateless reset from a peer that lost its
     /// state: its last 16 bytes are then the reset token that peer gave us.
+    /// Looked up by token, so that a flood of unroutable datagrams costs O(1) each.
     fn detect_stateless_reset(&mut self, data: &[u8]) -> bool {
         if data.len() < wire::STATELESS_RESET_MIN_LEN {
             return false;
         }
-        for conn in self.connections.iter_mut().flatten() {
-            let matches = conn
-                .peer_reset_token
-                .is_some_and(|t| wire::is_stateless_reset(data, &t));
-            if matches && !conn.is_drained() {
+        let Some(token) = data
+            .get(data.len() - RESET_TOKEN_LEN..)
+            .and_then(|t| <[u8; RESET_TOKEN_LEN]>::try_from(t).ok())
+        else {
+            return false;
+        };
+        let Some(&idx) = self.reset_tokens.get(&token) else {
+            return false;
+        };
+        match self.connections[idx].as_mut() {
+            Some(conn) if conn.peer_reset_token == Some(token) && !conn.is_drained() => {
                 conn.enter_drained(crate::error::ConnectionError::Reset);
-                return true;
+                true
             }
+            _ => false,
         }
-        false
     }
 
     /// A stateless reset tells a peer whose connection we no longer have to stop at once. It
@@ -405,7 +477,11 @@ impl Endpoint {
                 if let Err(code) = conn.handle_long(now, &packet) {
                     conn.fail(now, code, "bad handshake message");
                 }
+                if let Some(token) = conn.peer_reset_token {
+                    self.reset_tokens.insert(token, idx);
+                }
             }
+            self.announce_if_ready(idx);
             return;
         }
         if packet.ty != wire::LongType::Initial || !self.config.server {
@@ -434,7 +510,12 @@ impl Endpoint {
             self.send_retry(now, remote, &packet);
             return;
         }
-        if self.connection_count() >= self.config.max_connections {
+        if self.count >= self.config.max_connections {
+            self.refuse(remote, &packet, handshake::REFUSE_BUSY);
+            return;
+        }
+        if self.hidden >= self.config.max_half_open {
+            self.stats.half_open_refused += 1;
             self.refuse(remote, &packet, handshake::REFUSE_BUSY);
             return;
         }
@@ -456,15 +537,57 @@ impl Endpoint {
             validated,
         ) {
             Accept::Connection(conn) => {
+                let mut conn = *conn;
+                if conn.first_flight_is_ik() {
+                    match self.judge_first_flight(now, &conn) {
+                        Freshness::Fresh => conn.on_client_proven(now),
+                        // Seen already: no state, no answer, nothing delivered again.
+                        Freshness::Replayed => {
+                            self.stats.replayed_first_flights += 1;
+                            return;
+                        }
+                        Freshness::Unproven(_) => self.stats.unproven_first_flights += 1,
+                    }
+                }
                 let odcid = conn.original_dcid;
-                let handle = self.insert(*conn);
+                let handle = self.insert(conn);
                 self.routes.insert(local_cid, handle.0);
                 // Duplicate Initials reach the new connection until it is drained.
                 self.routes.insert(odcid, handle.0);
-                self.accepted.push_back(handle);
+                self.announce_if_ready(handle.0);
             }
             Accept::Refuse(reason) => self.refuse(remote, &packet, reason),
             Accept::Drop => self.stats.malformed += 1,
+        }
+    }
+
+    /// Whether an authenticated IK first flight may deliver its early data now (§7.6).
+    fn judge_first_flight(&mut self, now: Instant, conn: &Connection) -> Freshness {
+        let timestamp = conn
+            .peer_params
+            .as_ref()
+            .map(|p| p.first_flight_time_us)
+            .filter(|&t| t > 0)
+            .map(Duration::from_micros);
+        let clock = self.unix_now(now).zip(self.started_unix);
+        self.register.check(
+            now,
+            conn.first_flight_ephemeral(),
+            timestamp,
+            clock,
+            self.config.first_flight.trust_start,
+        )
+    }
+
+    /// Hands a server connection to `accept` once it is proven (see [`Announce`]).
+    fn announce_if_ready(&mut self, idx: usize) {
+        let Some(conn) = self.connections.get_mut(idx).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        if conn.announce == Announce::Ready {
+            conn.announce = Announce::Announced;
+            self.hidden -= 1;
+            self.accepted.push_back(ConnectionHandle(idx));
         }
     }
 
@@ -510,19 +633,11 @@ impl Endpoint {
         }
     }
 
-    fn handshakes_in_progress(&self) -> usize {
-        self.connections
-            .iter()
-            .flatten()
-            .filter(|c| !c.is_established() && !c.is_closed())
-            .count()
-    }
-
     fn retry_required(&self) -> bool {
         match self.config.retry {
             RetryPolicy::Never => false,
             RetryPolicy::Always => true,
-            RetryPolicy::AboveHandshakes(n) => self.handshakes_in_progress() >= n,
+            RetryPolicy::AboveHandshakes(n) => self.hidden >= n,
         }
     }
 
@@ -628,6 +743,14 @@ impl Endpoint {
             let Some(conn) = self.connections[idx].as_mut() else {
                 continue;
             };
+            if conn.announce != Announce::Announced {
+                // Half-open: its events wait for `accept`; if it ended, nobody is told.
+                if conn.is_drained() {
+                    self.stats.half_open_expired += 1;
+                    self.remove(idx);
+                }
+                continue;
+            }
             if let Some(event) = conn.poll_event() {
                 if event == Event::Drained && self.config.release_drained {
                     self.remove(idx);
@@ -652,10 +775,25 @@ impl Endpoint {
     }
 
     fn remove(&mut self, idx: usize) {
-        if self.connections[idx].take().is_some() {
-            self.routes.retain(|_, v| *v != idx);
-            self.free.push(idx);
+        let Some(conn) = self.connections[idx].take() else {
+            return;
+        };
+        self.count -= 1;
+        if conn.announce != Announce::Announced {
+            self.hidden -= 1;
         }
+        // A connection is routed by its own CID and, on a server, the client's original DCID.
+        for cid in [conn.local_cid, conn.original_dcid] {
+            if self.routes.get(&cid) == Some(&idx) {
+                self.routes.remove(&cid);
+            }
+        }
+        if let Some(token) = conn.peer_reset_token {
+            if self.reset_tokens.get(&token) == Some(&idx) {
+                self.reset_tokens.remove(&token);
+            }
+        }
+        self.free.push(idx);
     }
 
     /// Time since the endpoint's epoch (for logs).

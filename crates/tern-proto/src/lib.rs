@@ -69,7 +69,7 @@ pub mod recovery;
 pub mod router;
 pub mod wire;
 
-pub use config::{ConnectionConfig, EndpointConfig, FlowConfig, RetryPolicy};
+pub use config::{ConnectionConfig, EndpointConfig, FirstFlightConfig, FlowConfig, RetryPolicy};
 pub use connection::{Connection, ConnectionStats, RateSource, TargetRate, Transmit};
 pub use crypto::{PublicKey, StaticKeypair};
 pub use endpoint::{ConnectionHandle, Endpoint, EndpointStats};

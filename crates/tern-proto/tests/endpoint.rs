@@ -21,6 +21,16 @@ fn config(seed: u8, server: bool) -> EndpointConfig {
     }
 }
 
+/// A configuration with a wall clock (the same on both ends), for first-flight freshness.
+fn clocked(seed: u8, server: bool) -> EndpointConfig {
+    let mut c = config(seed, server);
+    c.wall_clock = Some(WALL_CLOCK);
+    c
+}
+
+/// An arbitrary wall clock at the tests' epoch (2023-11-14).
+const WALL_CLOCK: Duration = Duration::from_secs(1_700_000_000);
+
 /// Two endpoints and the datagrams between them; time advances only when asked.
 struct Pair {
     now: Instant,
@@ -148,7 +158,11 @@ fn ik_and_xx_handshakes_complete_and_carry_data() {
 
 #[test]
 fn ik_first_flight_carries_data_before_any_round_trip() {
-    let mut pair = Pair::new(config(1, false), config(2, true));
+    // A server that trusts its clock from the start (no earlier instance could have seen
+    // this flight) proves the first flight fresh by its timestamp.
+    let mut server = clocked(2, true);
+    server.first_flight.trust_start = true;
+    let mut pair = Pair::new(clocked(1, false), server);
     let key = pair.server.public_key();
     let c = pair
         .client
@@ -621,4 +635,194 @@ fn a_copy_from_a_spoofed_address_moves_the_path_but_gets_at_most_three_times_its
     let paths = pair.server.connection(s).unwrap().path_stats();
     assert_eq!(paths[0].remote, CLIENT.parse::<SocketAddr>().unwrap());
     assert!(paths[0].validated, "{paths:#?}");
+}
+
+/// An IK client that writes `data` on a new flow before the handshake; returns its handle.
+fn connect_with_early_data(pair: &mut Pair, data: &[u8]) -> ConnectionHandle {
+    let key = pair.server.public_key();
+    let c = pair
+        .client
+        .connect(pair.now, SERVER.parse().unwrap(), Some(key))
+        .unwrap();
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, data).unwrap();
+    conn.finish(flow).unwrap();
+    c
+}
+
+/// Reads the first flow the server's connection `s` accepted, whole.
+fn read_first_flow(pair: &mut Pair, s: ConnectionHandle) -> Vec<u8> {
+    let conn = pair.server.connection_mut(s).unwrap();
+    let id = conn.accept_flow(Dir::Uni).expect("a flow");
+    let mut out = vec![0u8; 4096];
+    let n = conn.read(id, &mut out).unwrap().unwrap();
+    out.truncate(n);
+    out
+}
+
+/// Runs the timers of both sides until nothing is left to do (bounded).
+fn run_out(pair: &mut Pair) {
+    for _ in 0..1000 {
+        if !pair.advance() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn a_first_flight_replayed_after_its_connection_ended_is_dropped() {
+    let mut server = clocked(2, true);
+    server.first_flight.trust_start = true;
+    let mut pair = Pair::new(clocked(1, false), server);
+    let c = connect_with_early_data(&mut pair, b"transfer 100 EUR");
+    pair.exchange();
+    let s = pair
+        .server
+        .accept()
+        .expect("fresh first flight: accepted at once");
+    assert_eq!(read_first_flow(&mut pair, s), b"transfer 100 EUR");
+    let initial = pair.client_sent[0].clone();
+    pair.client
+        .connection_mut(c)
+        .unwrap()
+        .close(pair.now, 0, b"done");
+    pair.exchange();
+    run_out(&mut pair);
+    Pair::events(&mut pair.server);
+    assert_eq!(pair.server.connection_count(), 0, "freed");
+    // An observer recorded the first datagram and sends it again, twice, within the window.
+    pair.now += Duration::from_secs(2);
+    for _ in 0..2 {
+        let mut d = initial.clone();
+        pair.server
+            .handle(pair.now, CLIENT.parse().unwrap(), None, &mut d);
+    }
+    assert!(pair.server.accept().is_none(), "no connection for a replay");
+    assert_eq!(pair.server.connection_count(), 0);
+    assert_eq!(pair.server.half_open_count(), 0, "no state kept");
+    assert_eq!(pair.server.stats().replayed_first_flights, 2);
+    let mut buf = Vec::new();
+    assert!(
+        pair.server.poll_transmit(pair.now, &mut buf).is_none(),
+        "no answer to a replay"
+    );
+}
+
+#[test]
+fn a_first_flight_replayed_to_a_restarted_server_is_never_announced() {
+    // The recorded flight reaches a server that started after it was first seen: nothing
+    // remembers it, so it cannot be proven fresh, and only a live client could go further.
+    let mut pair = Pair::new(clocked(1, false), clocked(2, true));
+    connect_with_early_data(&mut pair, b"open the door");
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let initial = buf[..t.size].to_vec();
+    let mut restarted = clocked(2, true);
+    restarted.first_flight.trust_start = false;
+    let mut server = Endpoint::new(restarted, pair.now + Duration::from_millis(300));
+    let at = pair.now + Duration::from_millis(400);
+    let mut d = initial.clone();
+    server.handle(at, CLIENT.parse().unwrap(), None, &mut d);
+    assert_eq!(server.stats().unproven_first_flights, 1);
+    assert_eq!(server.half_open_count(), 1, "a half-open handshake");
+    assert!(server.accept().is_none(), "not handed to the application");
+    assert!(
+        server.poll_event().is_none(),
+        "no event of a half-open handshake"
+    );
+    // Nobody answers its response; the handshake times out without a trace.
+    let mut now = at;
+    while let Some(t) = server.poll_timeout() {
+        now = t;
+        server.handle_timeout(now);
+        let mut out = Vec::new();
+        while server.poll_transmit(now, &mut out).is_some() {}
+        while server.poll_event().is_some() {}
+        if server.half_open_count() == 0 {
+            break;
+        }
+    }
+    assert!(
+        now - at <= Duration::from_secs(11),
+        "within the handshake timeout"
+    );
+    assert_eq!(server.half_open_count(), 0);
+    assert_eq!(server.stats().half_open_expired, 1);
+    assert!(server.accept().is_none());
+}
+
+#[test]
+fn an_unproven_first_flight_connects_when_the_client_proves_it_is_live() {
+    for (client, why) in [
+        (config(1, false), "a client without a clock"),
+        (
+            {
+                let mut c = clocked(1, false);
+                c.wall_clock = Some(WALL_CLOCK - Duration::from_secs(3600));
+                c
+            },
+            "a client an hour slow",
+        ),
+    ] {
+        let mut server = clocked(2, true);
+        server.first_flight.trust_start = true;
+        let mut pair = Pair::new(client, server);
+        let c = connect_with_early_data(&mut pair, b"hello");
+        // The first flight alone is not enough.
+        let mut buf = Vec::new();
+        let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+        let mut d = buf[..t.size].to_vec();
+        pair.server
+            .handle(pair.now, CLIENT.parse().unwrap(), None, &mut d);
+        assert!(pair.server.accept().is_none(), "{why}: held");
+        assert_eq!(pair.server.stats().unproven_first_flights, 1, "{why}");
+        // The client's first protected packet proves it holds the keys.
+        pair.client_sent.push(d);
+        pair.exchange();
+        let s = pair.server.accept().expect("announced once live");
+        assert_eq!(read_first_flow(&mut pair, s), b"hello", "{why}");
+        let events = Pair::events(&mut pair.client);
+        assert!(events.contains(&(c, Event::Connected)), "{why}: {events:?}");
+        let server_events = Pair::events(&mut pair.server);
+        assert_eq!(
+            server_events
+                .iter()
+                .filter(|(h, e)| *h == s && *e == Event::Connected)
+                .count(),
+            1,
+            "{why}: the held events are delivered once announced: {server_events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_spoofed_xx_initial_is_never_announced() {
+    // XX's first message is not authenticated: anyone can send one from any address.
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    pair.server_blackholed = true;
+    pair.client
+        .connect(pair.now, SERVER.parse().unwrap(), None)
+        .unwrap();
+    pair.exchange();
+    assert_eq!(pair.server.half_open_count(), 1);
+    assert!(pair.server.accept().is_none(), "not before message 3");
+    assert_eq!(pair.server.connection_count(), 0);
+}
+
+#[test]
+fn half_open_handshakes_are_bounded() {
+    let mut server = config(2, true);
+    server.max_half_open = 3;
+    server.retry = RetryPolicy::Never;
+    let mut pair = Pair::new(config(1, false), server);
+    pair.server_blackholed = true;
+    for _ in 0..5 {
+        pair.client
+            .connect(pair.now, SERVER.parse().unwrap(), None)
+            .unwrap();
+    }
+    pair.exchange();
+    assert_eq!(pair.server.half_open_count(), 3);
+    assert_eq!(pair.server.stats().half_open_refused, 2);
 }

@@ -202,6 +202,9 @@ impl<A: App> Node for TernNode<A> {
     }
 }
 
+/// The wall clock of every simulated endpoint at its start (2023-11-14).
+pub const SIMULATED_WALL_CLOCK: std::time::Duration = std::time::Duration::from_secs(1_700_000_000);
+
 /// Deterministic endpoint configuration from a seed.
 pub fn endpoint_config(seed: u64, server: bool) -> EndpointConfig {
     let mut s = [0u8; 32];
@@ -209,7 +212,11 @@ pub fn endpoint_config(seed: u64, server: bool) -> EndpointConfig {
     s[8] = u8::from(server);
     let mut k = s;
     k[31] = 0xaa;
-    let cfg = EndpointConfig::new(StaticKeypair::generate(k), s);
+    let mut cfg = EndpointConfig::new(StaticKeypair::generate(k), s);
+    // Every simulated endpoint starts at the same instant with the same clock, and no
+    // earlier instance exists: first flights are proven fresh by their timestamps (§7.6).
+    cfg.wall_clock = Some(SIMULATED_WALL_CLOCK);
+    cfg.first_flight.trust_start = true;
     if server {
         cfg.server()
     } else {

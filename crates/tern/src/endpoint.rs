@@ -223,7 +223,10 @@ impl Endpoint {
         // runtime frees connections itself when the last handle is gone.
         config.release_drained = false;
         let public_key = config.keypair.public();
-        let proto = tern_proto::Endpoint::new(config, runtime::now());
+        // Timestamps our first flights and lets the server prove others' fresh (§7.6).
+        let now = runtime::now();
+        config.wall_clock = config.wall_clock.or_else(runtime::wall_clock);
+        let proto = tern_proto::Endpoint::new(config, now);
         let gso = socket.max_transmit_segments().max(1);
         let gro = socket.max_receive_segments().max(1);
         tracing::debug!(%local, gso, gro, ?socket, "endpoint bound");

@@ -9,3 +9,11 @@ use std::time::Instant;
 pub(crate) fn now() -> Instant {
     Instant::now()
 }
+
+/// The wall clock, as time since the UNIX epoch (first-flight timestamps, PROTOCOL.md §7.6);
+/// `None` if the system clock is set before 1970.
+pub(crate) fn wall_clock() -> Option<std::time::Duration> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+}

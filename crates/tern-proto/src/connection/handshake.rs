@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::{Connection, State};
+use super::{Announce, Connection, State};
 use crate::crypto::{Handshake, HandshakePattern};
 use crate::error::ConnectionError;
 use crate::event::Event;
@@ -292,11 +292,14 @@ impl Connection {
         packet: &wire::LongPacket<'_>,
     ) -> Result<(), TransportErrorCode> {
         if !matches!(self.state, State::Handshake(_)) {
-            // A duplicate of msg2: our msg3 was probably lost (XX).
+            // A duplicate of msg2: our msg3 (XX) or our first protected packet (IK) was lost,
+            // and the server waits for it to hand the connection to its application.
             if !self.confirmed {
                 if let Some(f) = self.flight.as_mut() {
                     f.send_now = true;
                 }
+            } else if self.keys.is_some() {
+                self.ping_pending = true;
             }
             return Ok(());
         }
@@ -368,6 +371,9 @@ impl Connection {
         } else {
             self.flight = None;
             self.confirmed = true;
+            // Prove we are live at once (§7.6): a server that could not prove our first
+            // flight fresh waits for a protected packet before it delivers our early data.
+            self.ping_pending = true;
         }
         let State::Handshake(hs) = std::mem::replace(&mut self.state, State::Established) else {
             return Ok(());
@@ -407,6 +413,8 @@ impl Connection {
         self.handshake_done_pending = true;
         self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
+        // Only the holder of the client's static key could write message 3.
+        self.on_client_proven(now);
         Ok(())
     }
 
@@ -552,12 +560,36 @@ pub(crate) fn accept(
         conn.state = State::Established;
         conn.install_keys();
         conn.events.push_back(Event::Connected);
-        if !frames.is_empty() {
-            let frames = frames.to_vec();
-            if let Err((code, reason)) = conn.process_frames(now, 0, &frames) {
-                conn.fail(now, code, reason);
+        // Processed when the endpoint proves the flight fresh, or the client live (§7.6).
+        conn.held_first_flight = Some(frames.to_vec());
+    }
+    Accept::Connection(Box::new(conn))
+}
+
+impl Connection {
+    /// Server: the client is known not to be a replay (a fresh first flight, XX message 3,
+    /// or its first protected packet): process the early data it held and let the endpoint
+    /// hand the connection to the application.
+    pub(crate) fn on_client_proven(&mut self, now: Instant) {
+        if self.side != Side::Server || self.announce != Announce::Hidden {
+            return;
+        }
+        self.announce = Announce::Ready;
+        if let Some(frames) = self.held_first_flight.take().filter(|f| !f.is_empty()) {
+            if let Err((code, reason)) = self.process_frames(now, 0, &frames) {
+                self.fail(now, code, reason);
             }
         }
     }
-    Accept::Connection(Box::new(conn))
+
+    /// Server: the Noise ephemeral key of the first flight (its first 32 bytes after the
+    /// pattern byte), which names the flight in the replay register.
+    pub(crate) fn first_flight_ephemeral(&self) -> &[u8] {
+        self.initial_payload.get(1..33).unwrap_or(&[])
+    }
+
+    /// Server: whether the first flight was IK (the only one that carries early data).
+    pub(crate) fn first_flight_is_ik(&self) -> bool {
+        self.initial_payload.first() == Some(&PATTERN_IK)
+    }
 }

@@ -61,6 +61,18 @@ pub(crate) enum State {
     Drained,
 }
 
+/// Whether the application has been told of a server connection (docs/PROTOCOL.md §7.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Announce {
+    /// A half-open handshake: the client has not yet proven it is live (XX message 3, or the
+    /// first protected packet after an unproven IK first flight). Its events wait.
+    Hidden,
+    /// Proven: the endpoint hands it to `accept` at its next chance.
+    Ready,
+    /// The application has it.
+    Announced,
+}
+
 /// The application receive window of F7 (docs/PROTOCOL.md §12), both directions.
 #[derive(Debug, Default)]
 pub(crate) struct WindowState {
@@ -158,6 +170,11 @@ pub struct Connection {
     pub(crate) window: WindowState,
     /// Server: the Initial payload this connection was built from (see `Endpoint::handle_long`).
     pub(crate) initial_payload: Vec<u8>,
+    /// Server: the frames of an IK first flight not yet proven fresh, held until the client
+    /// proves it is live (§7.6), so that a replay never delivers them.
+    pub(crate) held_first_flight: Option<Vec<u8>>,
+    /// Whether the application knows of this connection (see [`Announce`]).
+    pub(crate) announce: Announce,
     /// The `Probe` frame of the packet being processed, if it had one (F11): recorded with
     /// the datagram's size and arrival time once its frames are processed.
     pub(crate) probe_seen: Option<(u64, u8, u8)>,
@@ -233,6 +250,14 @@ impl Connection {
             flight: None,
             close_resend: false,
             initial_payload: Vec::new(),
+            held_first_flight: None,
+            // A client's connection is the application's from `connect`; a server's is
+            // announced once a replay or a spoofed Initial could not have made it.
+            announce: if side == Side::Client {
+                Announce::Announced
+            } else {
+                Announce::Hidden
+            },
             probe_seen: None,
             expected_rate: None,
             target_reported: None,
@@ -848,7 +873,12 @@ impl Connection {
                 consider(Some(self.handshake_deadline));
                 consider(self.flight_timer());
             }
-            State::Established => consider(self.flight_timer()),
+            State::Established => {
+                consider(self.flight_timer());
+                if self.announce == Announce::Hidden {
+                    consider(Some(self.handshake_deadline));
+                }
+            }
         }
         consider(self.idle_deadline);
         if self.keys.is_some() {
@@ -947,7 +977,15 @@ impl Connection {
                 }
                 self.handshake_timeout(now);
             }
-            State::Established => self.handshake_timeout(now),
+            State::Established => {
+                if self.announce == Announce::Hidden && now >= self.handshake_deadline {
+                    // An unproven first flight whose client never showed it is live: a
+                    // replay, or a client gone. Nobody was told of it.
+                    self.enter_drained(ConnectionError::HandshakeTimedOut);
+                    return;
+                }
+                self.handshake_timeout(now)
+            }
         }
         if self.idle_deadline.is_some_and(|d| now >= d) {
             self.enter_drained(ConnectionError::TimedOut);

@@ -97,6 +97,11 @@ impl Connection {
         {
             self.on_address_validated();
         }
+        if self.side == Side::Server && self.announce == super::Announce::Hidden {
+            // Only the client that wrote the first flight has these keys: it is live, not a
+            // replay. Its held early data goes first, before this packet's frames.
+            self.on_client_proven(now);
+        }
         if self.side == Side::Client && !self.confirmed {
             // XX: the server could only protect this after reading our msg3.
             self.confirmed = true;

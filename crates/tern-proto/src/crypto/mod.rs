@@ -1,14 +1,17 @@
 //! Cryptography: the Noise handshake (IK / XX, via `snow`), packet protection with explicit
-//! nonces (AES-256-GCM, via `ring`), the replay window, retry tokens and stateless-reset tokens.
+//! nonces (AES-256-GCM, via `ring`), the replay window, the first-flight register, retry tokens
+//! and stateless-reset tokens.
 //!
 //! See docs/PROTOCOL.md §6 (packet protection) and §7 (handshake).
 
+mod first_flight;
 mod handshake;
 mod keys;
 mod packet;
 mod replay;
 mod token;
 
+pub use first_flight::{FirstFlightRegister, Freshness, Unproven};
 pub use handshake::{Handshake, HandshakePattern};
 pub use keys::{KeyError, PublicKey, StaticKeypair};
 pub use packet::{PacketKey, TAG_LEN};

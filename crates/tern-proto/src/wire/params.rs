@@ -44,6 +44,8 @@ pub mod param_id {
     pub const ACTIVE_CONNECTION_ID_LIMIT: u64 = 0x0c;
     /// `addresses` (server only).
     pub const ADDRESSES: u64 = 0x0d;
+    /// `first_flight_time_us` (client only).
+    pub const FIRST_FLIGHT_TIME_US: u64 = 0x0e;
 }
 
 use param_id as id;
@@ -91,6 +93,9 @@ pub struct TransportParams {
     /// Server only: the server's other addresses, for multipath (F15). Default empty;
     /// at most [`MAX_ADDRESSES`].
     pub addresses: Vec<SocketAddr>,
+    /// Client only: its wall clock when it wrote message 1, in µs since the UNIX epoch, for
+    /// the server's first-flight replay check (§7.6). Default 0: no clock.
+    pub first_flight_time_us: u64,
 }
 
 impl Default for TransportParams {
@@ -110,6 +115,7 @@ impl Default for TransportParams {
             max_datagram_frame_size: 0,
             active_connection_id_limit: 2,
             addresses: Vec::new(),
+            first_flight_time_us: 0,
         }
     }
 }
@@ -213,6 +219,14 @@ const INTEGER_PARAMS: &[(u64, &str, Get, Set, u64, u64)] = &[
         |p| p.active_connection_id_limit,
         |p, v| p.active_connection_id_limit = v,
         2,
+        VarInt::MAX.into_inner(),
+    ),
+    (
+        id::FIRST_FLIGHT_TIME_US,
+        "first_flight_time_us",
+        |p| p.first_flight_time_us,
+        |p, v| p.first_flight_time_us = v,
+        0,
         VarInt::MAX.into_inner(),
     ),
 ];
@@ -457,9 +471,10 @@ pub(crate) mod tests {
                 2..=VarInt::MAX.into_inner(),
                 proptest::collection::vec(arb_addr(), 0..=MAX_ADDRESSES),
             ),
+            v(),
         )
-            .prop_map(
-                |((a, b, c, d, e, f, g), (h, i, j, k, l, m, n))| TransportParams {
+            .prop_map(|((a, b, c, d, e, f, g), (h, i, j, k, l, m, n), o)| {
+                TransportParams {
                     initial_max_data: a,
                     initial_max_flow_data_bidi_local: b,
                     initial_max_flow_data_bidi_remote: c,
@@ -474,8 +489,9 @@ pub(crate) mod tests {
                     max_datagram_frame_size: l,
                     active_connection_id_limit: m,
                     addresses: n,
-                },
-            )
+                    first_flight_time_us: o,
+                }
+            })
     }
 
     proptest! {
