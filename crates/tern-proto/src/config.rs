@@ -234,6 +234,12 @@ pub struct EndpointConfig {
     /// `Endpoint::accept`); further Initials are refused as busy. Bounds what a flood of
     /// Initials or replayed first flights can hold.
     pub max_half_open: usize,
+    /// Handshakes per second one source IP address may start, and how many at once (token
+    /// bucket; tracked for up to 65 536 sources; `f64::INFINITY` turns it off). Beyond it an
+    /// Initial without a valid token gets a Retry, one with a valid token is refused as busy.
+    /// 500/s with a burst of 1000 leaves room for a carrier NAT of many clients while one host
+    /// cannot take all of a server's handshake work (≈ 1 500/s per core here).
+    pub handshakes_per_source: (f64, f64),
     /// The wall clock at the instant the endpoint is created with (time since the UNIX
     /// epoch). The core reads no clock; drivers pass `SystemTime::now()`. Without it a client
     /// sends no timestamp and a server proves no first flight fresh (§7.6), so early data
@@ -278,6 +284,7 @@ impl EndpointConfig {
             connection: ConnectionConfig::default(),
             max_connections: 100_000,
             max_half_open: 4096,
+            handshakes_per_source: (500.0, 1000.0),
             wall_clock: None,
             first_flight: FirstFlightConfig::default(),
             release_drained: true,

@@ -62,6 +62,8 @@ pub struct EndpointStats {
     pub unproven_first_flights: u64,
     /// Initials refused because `max_half_open` handshakes were in progress.
     pub half_open_refused: u64,
+    /// Initials over their source's handshake rate (`handshakes_per_source`).
+    pub rate_limited: u64,
     /// Half-open handshakes that timed out without the client proving it is live (replays,
     /// spoofed Initials, clients gone); the application never saw them.
     pub half_open_expired: u64,
@@ -95,6 +97,8 @@ pub struct Endpoint {
     /// The wall clock at `epoch`, and when this endpoint started by it.
     wall_epoch: Option<Duration>,
     started_unix: Option<Duration>,
+    /// Handshakes started per source address.
+    handshake_rate: crate::limits::HandshakeRate,
     stateless: VecDeque<Stateless>,
     accepted: VecDeque<ConnectionHandle>,
     events: VecDeque<(ConnectionHandle, Event)>,
@@ -123,6 +127,8 @@ impl Endpoint {
             config.first_flight.register_capacity,
         );
         let wall_clock = config.wall_clock;
+        let (rate, burst) = config.handshakes_per_source;
+        let handshake_rate = crate::limits::HandshakeRate::new(rate, burst, 1 << 16);
         Self {
             reset_key: ResetKey::new(&config.reset_secret),
             token_key: RetryTokenKey::new(&token_secret),
@@ -138,6 +144,7 @@ impl Endpoint {
             register,
             wall_epoch: wall_clock,
             started_unix: wall_clock,
+            handshake_rate,
             stateless: VecDeque::new(),
             accepted: VecDeque::new(),
             events: VecDeque::new(),
@@ -508,6 +515,17 @@ impl Endpoint {
         }
         if !validated && self.retry_required() {
             self.send_retry(now, remote, &packet);
+            return;
+        }
+        if !self.handshake_rate.allow(now, remote.ip()) {
+            // One source asks for too many handshakes: make it prove its address first (a
+            // spoofer cannot), and refuse it once it has.
+            self.stats.rate_limited += 1;
+            if validated {
+                self.refuse(remote, &packet, handshake::REFUSE_BUSY);
+            } else {
+                self.send_retry(now, remote, &packet);
+            }
             return;
         }
         if self.count >= self.config.max_connections {

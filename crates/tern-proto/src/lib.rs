@@ -62,6 +62,7 @@ pub mod endpoint;
 pub mod error;
 pub mod event;
 pub mod flow;
+mod limits;
 pub mod message;
 pub(crate) mod path;
 pub mod qlog;

@@ -826,3 +826,140 @@ fn half_open_handshakes_are_bounded() {
     assert_eq!(pair.server.half_open_count(), 3);
     assert_eq!(pair.server.stats().half_open_refused, 2);
 }
+
+#[test]
+fn unproven_addresses_never_get_more_than_three_times_their_bytes() {
+    // A spoofing attacker's traffic of every kind, with a Retry for every Initial: Initials
+    // without and with forged tokens, Initials of an unknown version, short packets for
+    // unknown connections. The server answers each with less than three times its size and
+    // keeps no state.
+    let mut server = config(2, true);
+    server.retry = RetryPolicy::Always;
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut server = Endpoint::new(server, now);
+    let mut client = Endpoint::new(config(1, false), now);
+    let victim: SocketAddr = CLIENT.parse().unwrap();
+    let (mut received, mut sent) = (0usize, 0usize);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for i in 0..400 {
+        let mut d = match i % 4 {
+            0 | 1 => {
+                // A genuine-looking Initial (a new client each time).
+                client
+                    .connect(now, SERVER.parse().unwrap(), Some(server.public_key()))
+                    .unwrap();
+                let mut buf = Vec::new();
+                let t = client.poll_transmit(now, &mut buf).unwrap();
+                let d = buf[..t.size].to_vec();
+                if i % 4 == 1 {
+                    // The same Initial with a forged token.
+                    let p = tern_proto::wire::LongPacket::decode(&d).unwrap();
+                    let token: Vec<u8> = (0..40).map(|_| next() as u8).collect();
+                    let mut forged = Vec::new();
+                    tern_proto::wire::encode_long_packet(
+                        &mut forged,
+                        p.ty,
+                        tern_proto::wire::VERSION_1,
+                        &p.dcid,
+                        &p.scid,
+                        &token,
+                        p.payload,
+                    );
+                    forged.resize(d.len(), 0);
+                    forged
+                } else {
+                    d
+                }
+            }
+            2 => {
+                // An unknown version: version negotiation.
+                let mut d = vec![0u8; 1200];
+                d[0] = 0xc0;
+                d[1..5].copy_from_slice(&0x1a2a_3a4a_u32.to_be_bytes());
+                d[5] = 8;
+                d[14] = 8;
+                d
+            }
+            _ => {
+                // A short packet for no connection: a stateless reset.
+                let len = 21 + (next() % 1400) as usize;
+                let mut d: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+                d[0] = 0x40 | (d[0] & 0x3f);
+                d
+            }
+        };
+        received += d.len();
+        server.handle(now, victim, None, &mut d);
+        let mut out = Vec::new();
+        while let Some(t) = server.poll_transmit(now, &mut out) {
+            assert_eq!(t.destination, victim);
+            sent += t.size;
+        }
+    }
+    let stats = server.stats();
+    assert!(stats.retries_sent >= 100, "{stats:?}");
+    assert!(stats.invalid_tokens >= 100, "forged tokens: {stats:?}");
+    assert!(stats.resets_sent >= 50, "{stats:?}");
+    assert!(stats.version_negotiations >= 50, "{stats:?}");
+    assert_eq!(server.connection_count() + server.half_open_count(), 0);
+    assert!(sent <= 3 * received, "sent {sent} for {received}");
+}
+
+#[test]
+fn two_ends_without_state_cannot_loop_on_stateless_resets() {
+    // Each reset is shorter than what triggered it, and nothing too short to be a packet is
+    // answered: two endpoints that both lost their state stop within a few bounces.
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut a = Endpoint::new(config(1, true), now);
+    let mut b = Endpoint::new(config(2, true), now);
+    let (addr_a, addr_b): (SocketAddr, SocketAddr) =
+        (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
+    let mut d = vec![0x41u8; 1400];
+    let mut bounces = 0;
+    let mut to_b = true;
+    loop {
+        let (to, from) = if to_b {
+            (&mut b, addr_a)
+        } else {
+            (&mut a, addr_b)
+        };
+        to.handle(now, from, None, &mut d);
+        let mut out = Vec::new();
+        let Some(t) = to.poll_transmit(now, &mut out) else {
+            break;
+        };
+        assert!(t.size < d.len(), "a reset is shorter than its trigger");
+        d = out[..t.size].to_vec();
+        to_b = !to_b;
+        bounces += 1;
+        assert!(bounces < 40, "resets loop");
+    }
+    assert!(bounces >= 1);
+}
+
+#[test]
+fn one_source_over_its_handshake_rate_gets_a_retry_then_a_refusal() {
+    let mut server = config(2, true);
+    server.handshakes_per_source = (1.0, 3.0);
+    server.retry = RetryPolicy::Never;
+    let mut pair = Pair::new(config(1, false), server);
+    pair.server_blackholed = true;
+    for _ in 0..5 {
+        pair.client
+            .connect(pair.now, SERVER.parse().unwrap(), None)
+            .unwrap();
+    }
+    pair.exchange();
+    let stats = pair.server.stats().clone();
+    assert_eq!(pair.server.half_open_count(), 3, "the burst");
+    assert_eq!(stats.rate_limited, 2, "{stats:?}");
+    assert_eq!(stats.retries_sent, 2, "proof of address asked first");
+}

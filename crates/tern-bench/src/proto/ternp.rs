@@ -268,6 +268,9 @@ fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfig> {
     // The key was generated just now: no earlier server had it, so first-flight timestamps
     // are trusted from the start (PROTOCOL.md §7.6), as on a long-running server.
     cfg.first_flight.trust_start = true;
+    // Every benchmark client comes from one host: the per-source handshake limit would
+    // measure itself, not the handshake.
+    cfg.handshakes_per_source = (f64::INFINITY, f64::INFINITY);
     // Open-loop request streams can pile up on a saturated link; do not let the flow limit
     // (rather than the link) decide the latency. quinn gets the same treatment.
     cfg.connection.flows.max_concurrent_bidi = 100_000;
