@@ -396,7 +396,8 @@ impl Endpoint {
 
     /// A datagram for no known connection may be a stateless reset from a peer that lost its
     /// state: its last 16 bytes are then the reset token that peer gave us.
-    /// Looked up by token, so that a flood of unroutable datagrams costs O(1) each.
+    /// Looked up by token, so that a flood of unroutable datagrams costs O(1) each (the hash
+    /// map's keys are randomised; the final comparison is constant-time).
     fn detect_stateless_reset(&mut self, data: &[u8]) -> bool {
         if data.len() < wire::STATELESS_RESET_MIN_LEN {
             return false;
@@ -411,7 +412,12 @@ impl Endpoint {
             return false;
         };
         match self.connections[idx].as_mut() {
-            Some(conn) if conn.peer_reset_token == Some(token) && !conn.is_drained() => {
+            Some(conn)
+                if conn
+                    .peer_reset_token
+                    .is_some_and(|t| wire::is_stateless_reset(data, &t))
+                    && !conn.is_drained() =>
+            {
                 conn.enter_drained(crate::error::ConnectionError::Reset);
                 true
             }
