@@ -71,7 +71,7 @@ pub mod wire;
 
 pub use config::{ConnectionConfig, EndpointConfig, FlowConfig, RetryPolicy};
 pub use connection::{Connection, ConnectionStats, RateSource, TargetRate, Transmit};
-pub use crypto::{PublicKey, StaticKeypair};
+pub use crypto::{KeyUpdateError, PublicKey, StaticKeypair};
 pub use endpoint::{ConnectionHandle, Endpoint, EndpointStats};
 pub use error::{ConnectError, ConnectionError, OpenError, ReadError, WriteError};
 pub use event::{Event, Violation};

@@ -1,15 +1,21 @@
 //! Cryptography: the Noise handshake (IK / XX, via `snow`), packet protection with explicit
-//! nonces (AES-256-GCM, via `ring`), the replay window, retry tokens and stateless-reset tokens.
+//! nonces (AES-256-GCM, via `ring`), key update and the AEAD usage limits, the replay window,
+//! retry tokens and stateless-reset tokens.
 //!
 //! See docs/PROTOCOL.md §6 (packet protection) and §7 (handshake).
 
 mod handshake;
+mod key_schedule;
 mod keys;
 mod packet;
 mod replay;
 mod token;
 
 pub use handshake::{Handshake, HandshakePattern};
+pub use key_schedule::{
+    next_secret, KeySchedule, KeyUpdateError, OpenFailure, Opened, SendCheck, CLOSE_RESERVE,
+    DEFAULT_CONFIDENTIALITY_LIMIT, DEFAULT_INTEGRITY_LIMIT, KEY_UPDATE_LABEL,
+};
 pub use keys::{KeyError, PublicKey, StaticKeypair};
 pub use packet::{PacketKey, TAG_LEN};
 pub use replay::ReplayWindow;
