@@ -654,16 +654,19 @@ impl Connection {
     /// packet under it arrives). Updates also happen by themselves at half of
     /// `ConnectionConfig::confidentiality_limit`; this is for applications that want fresh
     /// keys sooner. Refused while the previous update (or, right after the handshake, the
-    /// first key) has no acknowledged packet: the peer could not derive the key after next.
+    /// first key) has no acknowledged packet: the peer could not derive the key after next;
+    /// and for 3 PTO after the last update: the peer keeps one previous key only, and
+    /// packets of the key before the current one may still be on their way.
     pub fn initiate_key_update(&mut self, now: Instant) -> Result<(), KeyUpdateError> {
         if !matches!(self.state, State::Established) {
             return Err(KeyUpdateError::NoKeys);
         }
+        let min_age = 3 * self.pto();
         let generation = self
             .keys
             .as_mut()
             .ok_or(KeyUpdateError::NoKeys)?
-            .initiate_update()?;
+            .initiate_update(now, min_age)?;
         self.on_key_updated(now, generation, true, true);
         Ok(())
     }
@@ -672,10 +675,11 @@ impl Connection {
     /// false (and the connection closing with AEAD_LIMIT_REACHED) when the key is about to
     /// reach the limit and cannot be updated yet.
     pub(crate) fn check_send_key(&mut self, now: Instant) -> bool {
+        let min_age = 3 * self.pto();
         let Some(keys) = self.keys.as_mut() else {
             return true;
         };
-        match keys.check_send() {
+        match keys.check_send(now, min_age) {
             crate::crypto::SendCheck::Ok => true,
             crate::crypto::SendCheck::Updated(generation) => {
                 self.on_key_updated(now, generation, true, true);

@@ -59,16 +59,16 @@ impl Connection {
         if let Some(offset) = header.feedback_rate_offset() {
             aad[offset..offset + 4].fill(0);
         }
-        // A previous receive key is kept for about 3 PTO after an update, for packets the
-        // update overtook (§6.4).
-        let keep_until = now + 3 * self.pto();
+        // A previous receive key is kept for 3 PTO after an update, for packets the update
+        // overtook (§6.4).
+        let keep = 3 * self.pto();
         let (_, body) = data.split_at_mut(header_len);
         let Some(keys) = self.keys.as_mut() else {
             return;
         };
         let opened = keys.open(
             now,
-            keep_until,
+            keep,
             u32::from(header.path_id),
             pn,
             header.key_phase,

@@ -7,7 +7,7 @@
 //! so that a packet with a flipped K is tried without a derivation) and, for a while after an
 //! update, the previous one for packets that were reordered across the update.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ring::hkdf;
 
@@ -113,8 +113,8 @@ pub enum OpenFailure {
 pub enum SendCheck {
     /// Seal with the current key.
     Ok,
-    /// The current key reached half the confidentiality limit: the send key was updated
-    /// (generation given).
+    /// The current key reached half the confidentiality limit (and is old enough), or is
+    /// near the limit: the send key was updated (generation given).
     Updated(u64),
     /// The current key is about to reach the confidentiality limit and cannot be updated
     /// (the last update is not acknowledged yet): the connection must close.
@@ -130,6 +130,11 @@ pub enum KeyUpdateError {
     /// so it could not derive the one after it.
     #[error("the previous key update is not acknowledged yet")]
     Pending,
+    /// The current send key is younger than 3 PTO: packets sealed with the key before it may
+    /// still be on their way, and the peer, which keeps one previous key only, would drop
+    /// them once a newer key arrives.
+    #[error("the current key is too young to be replaced (3 PTO)")]
+    TooSoon,
     /// The connection has no packet keys (handshake under way) or is closed.
     #[error("the connection has no packet keys or is closed")]
     NoKeys,
@@ -146,6 +151,8 @@ pub struct KeySchedule {
     send_first_pn: Vec<(u32, u64)>,
     /// A packet sealed with the send key was acknowledged: a new update is allowed.
     send_confirmed: bool,
+    /// When the send key became current (`None`: the handshake's key).
+    send_since: Option<Instant>,
     recv: Generation,
     /// Per path: the lowest packet number opened with the receive key, which tells a packet
     /// of the previous phase (below it) from one of the next (above it).
@@ -176,6 +183,7 @@ impl KeySchedule {
             sealed: 0,
             send_first_pn: Vec::new(),
             send_confirmed: false,
+            send_since: None,
             recv_next: recv.next(),
             recv,
             recv_first_pn: Vec::new(),
@@ -220,37 +228,57 @@ impl KeySchedule {
         self.failures
     }
 
-    /// Whether a key update may start now: a packet sealed with the current send key was
-    /// acknowledged (so the peer holds it and has derived the next one) and the peer's own
-    /// last update was answered.
-    pub fn can_update(&self) -> bool {
+    /// Whether the peer must hold the send key: a packet sealed with it was acknowledged (so
+    /// the peer has derived the next one) and the peer's own last update was answered.
+    fn confirmed(&self) -> bool {
         self.send_confirmed && self.send.number == self.recv.number
     }
 
+    /// Whether the send key has been current for `min_age` (3 PTO) at `now`.
+    fn old_enough(&self, now: Instant, min_age: Duration) -> bool {
+        self.send_since.is_none_or(|since| now >= since + min_age)
+    }
+
     /// Starts a key update of the send direction (§6.4); the peer follows with its own.
-    pub fn initiate_update(&mut self) -> Result<u64, KeyUpdateError> {
-        if !self.can_update() {
+    /// `min_age` is 3 PTO: a key younger than that is not replaced (RFC 9001 §6.5), so that
+    /// packets of the key before it have arrived by the time the peer drops it.
+    pub fn initiate_update(
+        &mut self,
+        now: Instant,
+        min_age: Duration,
+    ) -> Result<u64, KeyUpdateError> {
+        if !self.confirmed() {
             return Err(KeyUpdateError::Pending);
         }
-        self.update_send();
+        if !self.old_enough(now, min_age) {
+            return Err(KeyUpdateError::TooSoon);
+        }
+        self.update_send(now);
         Ok(self.send.number)
     }
 
-    fn update_send(&mut self) {
+    fn update_send(&mut self, now: Instant) {
         self.send = self.send.next();
         self.sealed = 0;
         self.send_first_pn.clear();
         self.send_confirmed = false;
+        self.send_since = Some(now);
     }
 
     /// Called before each packet is built: updates the send key at half the confidentiality
-    /// limit, which leaves the other half for the acknowledgement that allows the next one.
-    pub fn check_send(&mut self) -> SendCheck {
-        if self.sealed >= self.confidentiality_limit / 2 && self.can_update() {
-            self.update_send();
+    /// limit once it is `min_age` (3 PTO) old, which leaves the other half for the
+    /// acknowledgement that allows the next update. Near the limit the age is waived (a
+    /// late packet of the key before may then be dropped, and is resent); without the
+    /// acknowledgement the connection must close.
+    pub fn check_send(&mut self, now: Instant, min_age: Duration) -> SendCheck {
+        let near_limit = self.sealed + CLOSE_RESERVE >= self.confidentiality_limit;
+        let due = self.sealed >= self.confidentiality_limit / 2
+            && (near_limit || self.old_enough(now, min_age));
+        if due && self.confirmed() {
+            self.update_send(now);
             return SendCheck::Updated(self.send.number);
         }
-        if self.sealed + CLOSE_RESERVE >= self.confidentiality_limit {
+        if near_limit {
             return SendCheck::LimitReached;
         }
         SendCheck::Ok
@@ -302,12 +330,13 @@ impl KeySchedule {
     /// numbers grow on each path, and it switches keys for all paths at once), else of the
     /// next phase; on a path with no packet of the current phase yet it may be either, and
     /// both keys are tried. Only a packet that authenticates under the next key rotates the
-    /// keys, so forged packets change nothing. The previous key is discarded at `keep_until`
-    /// of the rotation that made it previous (about 3 PTO).
+    /// keys, so forged packets change nothing. The previous key is discarded `keep` (3 PTO)
+    /// after the rotation that made it previous.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         &mut self,
         now: Instant,
-        keep_until: Instant,
+        keep: Duration,
         path_id: u32,
         pn: u64,
         key_phase: bool,
@@ -321,6 +350,7 @@ impl KeySchedule {
         {
             self.recv_prev = None;
         }
+        let keep_until = now + keep;
         if key_phase == self.recv.phase() {
             let len = self
                 .recv
@@ -350,14 +380,15 @@ impl KeySchedule {
                     return Ok((len, Opened::Previous));
                 }
                 payload.copy_from_slice(&self.scratch);
-                self.open_next(keep_until, path_id, pn, header, payload)
+                self.open_next(now, keep_until, path_id, pn, header, payload)
             }
-            _ => self.open_next(keep_until, path_id, pn, header, payload),
+            _ => self.open_next(now, keep_until, path_id, pn, header, payload),
         }
     }
 
     fn open_next(
         &mut self,
+        now: Instant,
         keep_until: Instant,
         path_id: u32,
         pn: u64,
@@ -379,7 +410,7 @@ impl KeySchedule {
         self.note_recv_pn(path_id, pn);
         let peer_initiated = self.send.number < self.recv.number;
         if peer_initiated {
-            self.update_send();
+            self.update_send(now);
         }
         Ok((len, Opened::Rotated { peer_initiated }))
     }
@@ -395,7 +426,6 @@ impl KeySchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     const A: [u8; 32] = [1; 32];
     const B: [u8; 32] = [2; 32];
@@ -426,8 +456,15 @@ mod tests {
         pn: u64,
         (phase, mut body): (bool, Vec<u8>),
     ) -> Result<Opened, OpenFailure> {
-        let keep = now + Duration::from_secs(1);
-        let r = to.open(now, keep, path, pn, phase, &[u8::from(phase)], &mut body);
+        let r = to.open(
+            now,
+            Duration::from_secs(1),
+            path,
+            pn,
+            phase,
+            &[u8::from(phase)],
+            &mut body,
+        );
         if let Ok((len, _)) = r {
             assert_eq!(&body[..len], &pn.to_be_bytes());
         }
@@ -448,7 +485,10 @@ mod tests {
         #[allow(clippy::disallowed_methods)] // an arbitrary origin
         let t0 = Instant::now();
         let (mut c, mut s) = pair(1000);
-        assert_eq!(c.initiate_update(), Err(KeyUpdateError::Pending));
+        assert_eq!(
+            c.initiate_update(t0, Duration::ZERO),
+            Err(KeyUpdateError::Pending)
+        );
         let p0 = seal(&mut c, 0, 0);
         let p1 = seal(&mut c, 0, 1);
         assert_eq!(open(&mut s, t0, 0, 0, p0), Ok(Opened::Current));
@@ -456,8 +496,11 @@ mod tests {
         let r0 = seal(&mut s, 0, 0);
         assert_eq!(open(&mut c, t0, 0, 0, r0), Ok(Opened::Current));
         c.on_acked(0, 1);
-        assert_eq!(c.initiate_update(), Ok(1));
-        assert_eq!(c.initiate_update(), Err(KeyUpdateError::Pending));
+        assert_eq!(c.initiate_update(t0, Duration::ZERO), Ok(1));
+        assert_eq!(
+            c.initiate_update(t0, Duration::ZERO),
+            Err(KeyUpdateError::Pending)
+        );
         let p2 = seal(&mut c, 0, 2);
         assert!(p2.0, "K flipped");
         // Packet 2 (new phase) overtakes packet 1 (old phase).
@@ -526,7 +569,7 @@ mod tests {
         c.on_acked(0, 0);
         let r0 = seal(&mut s, 0, 0);
         open(&mut c, t0, 0, 0, r0).unwrap();
-        c.initiate_update().unwrap();
+        c.initiate_update(t0, Duration::ZERO).unwrap();
         let a1 = seal(&mut c, 0, 1);
         let b1 = seal(&mut c, 1, 1);
         // Path 0 moves to phase 1; path 1's old packet 0 then arrives, then its new packet 1.
@@ -549,7 +592,7 @@ mod tests {
         while last == SendCheck::Ok {
             seal(&mut c, 0, pn);
             pn += 1;
-            last = c.check_send();
+            last = c.check_send(t0, Duration::ZERO);
         }
         assert_eq!(last, SendCheck::LimitReached);
         assert_eq!(c.sealed(), 64 - CLOSE_RESERVE);
@@ -563,7 +606,7 @@ mod tests {
         // With every packet acknowledged at once, the key rolls over every 32 packets.
         let (mut c, mut s) = pair(64);
         for pn in 0..200 {
-            assert_ne!(c.check_send(), SendCheck::LimitReached);
+            assert_ne!(c.check_send(t0, Duration::ZERO), SendCheck::LimitReached);
             let p = seal(&mut c, 0, pn);
             assert!(open(&mut s, t0, 0, pn, p).is_ok());
             let ack = seal(&mut s, 0, pn);
@@ -572,5 +615,49 @@ mod tests {
         }
         assert_eq!(c.send_generation(), 199 / 32);
         assert_eq!(s.recv_generation(), c.send_generation());
+    }
+
+    #[test]
+    fn a_key_younger_than_3_pto_is_replaced_only_near_the_limit() {
+        #[allow(clippy::disallowed_methods)] // an arbitrary origin
+        let t0 = Instant::now();
+        let age = Duration::from_millis(300);
+        let (mut c, mut s) = pair(64);
+        // Exchange one packet each way under generation `g` and acknowledge it.
+        let mut pn = 0;
+        let mut round = |c: &mut KeySchedule, s: &mut KeySchedule, now| {
+            let p = seal(c, 0, pn);
+            assert!(open(s, now, 0, pn, p).is_ok());
+            let a = seal(s, 0, pn);
+            assert!(open(c, now, 0, pn, a).is_ok());
+            c.on_acked(0, pn);
+            pn += 1;
+        };
+        round(&mut c, &mut s, t0);
+        assert_eq!(
+            c.initiate_update(t0, age),
+            Ok(1),
+            "the first key has no age"
+        );
+        round(&mut c, &mut s, t0);
+        let soon = t0 + Duration::from_millis(100);
+        assert_eq!(c.initiate_update(soon, age), Err(KeyUpdateError::TooSoon));
+        // At half the limit the young key stays; near the limit it goes anyway.
+        while c.sealed() < 32 {
+            round(&mut c, &mut s, soon);
+        }
+        assert_eq!(c.check_send(soon, age), SendCheck::Ok);
+        while c.sealed() < 64 - CLOSE_RESERVE - 1 {
+            round(&mut c, &mut s, soon);
+        }
+        assert_eq!(c.check_send(soon, age), SendCheck::Ok);
+        round(&mut c, &mut s, soon);
+        assert_eq!(c.check_send(soon, age), SendCheck::Updated(2));
+        // Once old enough, half the limit is enough.
+        while c.sealed() < 32 {
+            round(&mut c, &mut s, soon);
+        }
+        let later = soon + age;
+        assert_eq!(c.check_send(later, age), SendCheck::Updated(3));
     }
 }
