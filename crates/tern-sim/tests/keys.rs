@@ -115,7 +115,8 @@ fn a_bulk_transfer_runs_through_many_key_updates_over_loss_and_reordering() {
     let mut previous_opened = 0;
     // The data sender's limit, the acknowledger's, and both (with the server also asking for
     // updates through the API): each end starts updates, the other follows.
-    let variants: [(&str, fn(&mut EndpointConfig)); 3] = [
+    type Configure = fn(&mut EndpointConfig);
+    let variants: [(&str, Configure); 3] = [
         ("client", client_limit),
         ("server", server_limit),
         ("both", low_limit),
