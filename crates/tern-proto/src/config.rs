@@ -135,8 +135,9 @@ pub struct ConnectionConfig {
     /// sent, and no train below 4).
     pub probe_train_len: u8,
     /// Most packets one packet key may seal (PROTOCOL.md §6.4; RFC 9001 §6.6: 2^23 for
-    /// AES-GCM with packets up to 16 KiB). The key is updated at half of it; should the
-    /// update not be acknowledged before the limit, the connection closes with
+    /// AES-GCM with packets up to 16 KiB). The key is updated at half of it (once it is
+    /// 3 PTO old, a wait waived near the limit); should no update be possible before the
+    /// limit (the last one not acknowledged yet), the connection closes with
     /// AEAD_LIMIT_REACHED. At 1.3 M packets/s the default means an update every 3.2 s.
     /// Tests lower it to run many updates.
     pub confidentiality_limit: u64,
