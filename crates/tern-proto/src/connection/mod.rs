@@ -675,6 +675,9 @@ impl Connection {
     /// false (and the connection closing with AEAD_LIMIT_REACHED) when the key is about to
     /// reach the limit and cannot be updated yet.
     pub(crate) fn check_send_key(&mut self, now: Instant) -> bool {
+        if !self.keys.as_ref().is_some_and(|k| k.send_check_due()) {
+            return true;
+        }
         let min_age = 3 * self.pto();
         let Some(keys) = self.keys.as_mut() else {
             return true;

@@ -60,8 +60,13 @@ impl Connection {
             aad[offset..offset + 4].fill(0);
         }
         // A previous receive key is kept for 3 PTO after an update, for packets the update
-        // overtook (§6.4).
-        let keep = 3 * self.pto();
+        // overtook (§6.4); only a packet with the other key phase may cause one.
+        let rotates = self.keys.as_ref().map(|k| k.recv_phase()) != Some(header.key_phase);
+        let keep = if rotates {
+            3 * self.pto()
+        } else {
+            Duration::ZERO
+        };
         let (_, body) = data.split_at_mut(header_len);
         let Some(keys) = self.keys.as_mut() else {
             return;

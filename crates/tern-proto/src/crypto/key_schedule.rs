@@ -216,6 +216,17 @@ impl KeySchedule {
         self.sealed
     }
 
+    /// Whether [`KeySchedule::check_send`] could do anything: the send key has sealed half
+    /// its limit. Lets the caller skip computing the PTO for every packet.
+    pub fn send_check_due(&self) -> bool {
+        self.sealed >= self.confidentiality_limit / 2
+    }
+
+    /// The key phase of the current receive key: a packet with the other one may rotate.
+    pub fn recv_phase(&self) -> bool {
+        self.recv.phase()
+    }
+
     /// Whether the previous receive key is still kept (at `now`).
     pub fn has_previous(&self, now: Instant) -> bool {
         self.recv_prev
