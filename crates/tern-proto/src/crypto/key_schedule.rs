@@ -567,6 +567,10 @@ mod tests {
         assert!(!s.has_previous(t0));
         let p2 = seal(&mut c, 0, 2);
         assert_eq!(open(&mut s, t0, 0, 2, p2), Ok(Opened::Current));
+        // The caller counts failures; the tenth reaches the integrity limit of `pair`.
+        assert!((1..10).all(|_| !s.on_auth_failure()));
+        assert!(s.on_auth_failure());
+        assert_eq!(s.failures(), 10);
     }
 
     #[test]
