@@ -752,3 +752,53 @@ fn the_integrity_limit_closes_the_connection_with_aead_limit_reached() {
         "{reason:?}"
     );
 }
+
+#[test]
+fn a_packet_overtaken_by_an_update_opens_with_the_previous_key_until_it_is_discarded() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    // Two packets: acknowledged at once (no ACK delay), which allows an update.
+    conn.write(flow, &[3u8; 2000]).unwrap();
+    pair.exchange();
+    // Two packets under generation 0, held back (reordered) while the update goes through.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        conn.write(flow, &[3u8; 100]).unwrap();
+        pair.now += Duration::from_millis(50);
+        let mut buf = Vec::new();
+        let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+        assert!(!key_phase(&buf[..t.size]));
+        held.push(buf[..t.size].to_vec());
+    }
+    let now = pair.now;
+    let conn = pair.client.connection_mut(c).unwrap();
+    conn.initiate_key_update(now).unwrap();
+    conn.write(flow, &[3u8; 100]).unwrap();
+    pair.exchange();
+    let stats = pair.server.connection(s).unwrap().stats();
+    assert_eq!(stats.key_updates_received, 1, "{stats:?}");
+    let from: SocketAddr = CLIENT.parse().unwrap();
+    // Within 3 PTO the previous key opens the first; long after, the second is dropped
+    // without decryption (not counted as a forgery).
+    pair.server.handle(pair.now, from, None, &mut held[0]);
+    pair.now += Duration::from_secs(5);
+    pair.server.handle(pair.now, from, None, &mut held[1]);
+    let stats = pair.server.connection(s).unwrap().stats();
+    assert_eq!(stats.previous_key_opened, 1, "{stats:?}");
+    assert_eq!(stats.unknown_phase_dropped, 1, "{stats:?}");
+    assert_eq!(stats.auth_failures, 0, "{stats:?}");
+    // The dropped packet's data is resent under the current key: everything arrives.
+    for _ in 0..100 {
+        if pair.server.connection(s).unwrap().recv_buffered() >= 2300 || !pair.advance() {
+            break;
+        }
+    }
+    let conn = pair.server.connection_mut(s).unwrap();
+    let id = conn.accept_flow(Dir::Uni).unwrap();
+    let mut buf = vec![0u8; 10_000];
+    let n = conn.read(id, &mut buf).unwrap().unwrap();
+    assert_eq!(&buf[..n], &[3u8; 2300][..]);
+}
