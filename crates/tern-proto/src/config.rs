@@ -134,6 +134,16 @@ pub struct ConnectionConfig {
     /// Packets per probe train (2..=64; at most what the congestion window has room for is
     /// sent, and no train below 4).
     pub probe_train_len: u8,
+    /// Most packets one packet key may seal (PROTOCOL.md §6.4; RFC 9001 §6.6: 2^23 for
+    /// AES-GCM with packets up to 16 KiB). The key is updated at half of it (once it is
+    /// 3 PTO old, a wait waived near the limit); should no update be possible before the
+    /// limit (the last one not acknowledged yet), the connection closes with
+    /// AEAD_LIMIT_REACHED. At 1.3 M packets/s the default means an update every 3.2 s.
+    /// Tests lower it to run many updates.
+    pub confidentiality_limit: u64,
+    /// Packets that may fail authentication in the connection before it closes with
+    /// AEAD_LIMIT_REACHED (RFC 9001 §6.6: 2^52 for AES-GCM).
+    pub integrity_limit: u64,
 }
 
 impl Default for ConnectionConfig {
@@ -166,6 +176,8 @@ impl Default for ConnectionConfig {
             qlog: false,
             fast_start: true,
             probe_train_len: crate::path::probe::DEFAULT_TRAIN_LEN,
+            confidentiality_limit: crate::crypto::DEFAULT_CONFIDENTIALITY_LIMIT,
+            integrity_limit: crate::crypto::DEFAULT_INTEGRITY_LIMIT,
         }
     }
 }

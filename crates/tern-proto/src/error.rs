@@ -61,6 +61,15 @@ pub enum ConnectionError {
         /// What was wrong.
         reason: &'static str,
     },
+    /// A packet key reached an AEAD usage limit (PROTOCOL.md §6.4): `integrity_limit`
+    /// packets failed authentication (forgeries, or a badly corrupting path), or a key was
+    /// about to seal its `confidentiality_limit` of packets and could not be updated. The
+    /// peer is told AEAD_LIMIT_REACHED.
+    #[error("AEAD usage limit reached: {reason}")]
+    AeadLimitReached {
+        /// Which limit.
+        reason: &'static str,
+    },
     /// Nothing heard from the peer for the idle timeout.
     #[error("timed out: nothing heard from the peer")]
     TimedOut,

@@ -23,14 +23,23 @@
 //! Two endpoints in one process; the client knows the server's key (Noise IK), so its first
 //! datagram already carries flow data.
 //! ```
-//! use std::time::Instant;
+//! use std::time::{Instant, SystemTime, UNIX_EPOCH};
 //! use tern_proto::{Dir, Endpoint, EndpointConfig, StaticKeypair};
 //!
 //! let now = Instant::now();
+//! // The core reads no clock: the wall clock comes from the driver. With it the client
+//! // timestamps its first flight and the server proves it fresh (docs/PROTOCOL.md §7.6); a
+//! // key new to this server means no earlier instance can have seen a flight.
+//! let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
 //! let server_keys = StaticKeypair::generate([1; 32]); // use OS entropy in real code
-//! let mut server = Endpoint::new(EndpointConfig::new(server_keys, [2; 32]).server(), now);
+//! let mut server_config = EndpointConfig::new(server_keys, [2; 32]).server();
+//! server_config.wall_clock = Some(wall);
+//! server_config.first_flight.trust_start = true;
+//! let mut server = Endpoint::new(server_config, now);
 //! let client_keys = StaticKeypair::generate([3; 32]);
-//! let mut client = Endpoint::new(EndpointConfig::new(client_keys, [4; 32]), now);
+//! let mut client_config = EndpointConfig::new(client_keys, [4; 32]);
+//! client_config.wall_clock = Some(wall);
+//! let mut client = Endpoint::new(client_config, now);
 //!
 //! let server_addr = "127.0.0.1:4433".parse().unwrap();
 //! let conn = client.connect(now, server_addr, Some(server.public_key())).unwrap();
@@ -72,7 +81,7 @@ pub mod wire;
 
 pub use config::{ConnectionConfig, EndpointConfig, FirstFlightConfig, FlowConfig, RetryPolicy};
 pub use connection::{Connection, ConnectionStats, RateSource, TargetRate, Transmit};
-pub use crypto::{PublicKey, StaticKeypair};
+pub use crypto::{KeyUpdateError, PublicKey, StaticKeypair};
 pub use endpoint::{ConnectionHandle, Endpoint, EndpointStats};
 pub use error::{ConnectError, ConnectionError, OpenError, ReadError, WriteError};
 pub use event::{Event, Violation};

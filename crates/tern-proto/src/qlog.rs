@@ -66,6 +66,15 @@ pub enum QlogEvent {
         /// router lowered it or no rate area is sent. A tern extension of the event.
         feedback_rate_bps: Option<u64>,
     },
+    /// `security:key_updated`: a packet key moved to its next generation (PROTOCOL.md §6.4).
+    KeyUpdated {
+        /// The send key (else the receive key).
+        send: bool,
+        /// Its generation now (0 is the handshake's key).
+        generation: u64,
+        /// We started the update (else the peer did).
+        local: bool,
+    },
     /// `recovery:congestion_state_updated`.
     CongestionStateUpdated {
         /// Path ID.

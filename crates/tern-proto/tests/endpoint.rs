@@ -963,3 +963,183 @@ fn one_source_over_its_handshake_rate_gets_a_retry_then_a_refusal() {
     assert_eq!(stats.rate_limited, 2, "{stats:?}");
     assert_eq!(stats.retries_sent, 2, "proof of address asked first");
 }
+
+/// The key phase bit of a short-header datagram (PROTOCOL.md §4.7).
+fn key_phase(datagram: &[u8]) -> bool {
+    datagram[0] & 0x04 != 0
+}
+
+#[test]
+fn a_key_update_flips_the_phase_the_peer_follows_and_the_next_waits_for_an_ack() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, &[1u8; 2000]).unwrap();
+    pair.exchange();
+    let mut sent = 2000;
+    for generation in 1..=3u64 {
+        let now = pair.now;
+        let conn = pair.client.connection_mut(c).unwrap();
+        conn.initiate_key_update(now)
+            .expect("the last update was acknowledged");
+        assert_eq!(
+            conn.initiate_key_update(now),
+            Err(tern_proto::KeyUpdateError::Pending),
+            "no second update before a packet under the new key is acknowledged"
+        );
+        conn.write(flow, &[1u8; 500]).unwrap();
+        sent += 500;
+        pair.now += Duration::from_millis(50);
+        let before = pair.client_sent.len();
+        pair.exchange();
+        assert_eq!(
+            key_phase(&pair.client_sent[before]),
+            generation % 2 == 1,
+            "K is the low bit of the generation"
+        );
+        let client = pair.client.connection(c).unwrap().stats();
+        let server = pair.server.connection(s).unwrap().stats();
+        assert_eq!(client.key_generation, generation, "{client:?}");
+        assert_eq!(
+            server.key_generation, generation,
+            "the server's send key followed"
+        );
+        assert_eq!(client.key_updates_initiated, generation);
+        assert_eq!(server.key_updates_received, generation);
+        assert_eq!(server.key_updates_initiated, 0);
+        assert_eq!(server.auth_failures, 0);
+    }
+    let conn = pair.server.connection_mut(s).unwrap();
+    let id = conn.accept_flow(Dir::Uni).unwrap();
+    let mut buf = vec![0u8; 10_000];
+    let n = conn.read(id, &mut buf).unwrap().unwrap();
+    assert_eq!(n, sent);
+}
+
+#[test]
+fn a_forged_packet_with_the_phase_flipped_changes_no_key() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, &[7u8; 100]).unwrap();
+    pair.now += Duration::from_millis(50);
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let fresh = buf[..t.size].to_vec();
+    let from: SocketAddr = CLIENT.parse().unwrap();
+    // K flipped, and K flipped with a later packet number: neither authenticates under the
+    // next key, so neither rotates anything.
+    for pn_bump in [0u8, 9] {
+        let mut forged = fresh.clone();
+        forged[0] ^= 0x04;
+        forged[10] = forged[10].wrapping_add(pn_bump);
+        pair.server.handle(pair.now, from, None, &mut forged);
+    }
+    let stats = pair.server.connection(s).unwrap().stats();
+    assert_eq!(stats.auth_failures, 2, "{stats:?}");
+    assert_eq!(
+        (stats.key_generation, stats.key_updates_received),
+        (0, 0),
+        "{stats:?}"
+    );
+    let mut original = fresh;
+    pair.server.handle(pair.now, from, None, &mut original);
+    pair.exchange();
+    let conn = pair.server.connection_mut(s).unwrap();
+    let id = conn.accept_flow(Dir::Uni).unwrap();
+    let mut buf = vec![0u8; 1000];
+    assert_eq!(conn.read(id, &mut buf).unwrap(), Some(100));
+}
+
+#[test]
+fn the_integrity_limit_closes_the_connection_with_aead_limit_reached() {
+    let mut server = config(2, true);
+    server.connection.integrity_limit = 3;
+    let mut pair = Pair::new(config(1, false), server);
+    let (c, s) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, &[7u8; 100]).unwrap();
+    pair.now += Duration::from_millis(50);
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let fresh = buf[..t.size].to_vec();
+    let from: SocketAddr = CLIENT.parse().unwrap();
+    for i in 0..3 {
+        assert!(!pair.server.connection(s).unwrap().is_closed(), "{i}");
+        let mut forged = fresh.clone();
+        let n = forged.len();
+        forged[n - 1 - i] ^= 1;
+        pair.server.handle(pair.now, from, None, &mut forged);
+    }
+    let conn = pair.server.connection(s).unwrap();
+    assert!(matches!(
+        conn.close_reason(),
+        Some(ConnectionError::AeadLimitReached { .. })
+    ));
+    pair.exchange();
+    let reason = pair
+        .client
+        .connection(c)
+        .and_then(|c| c.close_reason().cloned());
+    assert!(
+        matches!(
+            reason,
+            Some(ConnectionError::TransportError { code, .. })
+                if code == tern_proto::wire::TransportErrorCode::AEAD_LIMIT_REACHED
+        ),
+        "{reason:?}"
+    );
+}
+
+#[test]
+fn a_packet_overtaken_by_an_update_opens_with_the_previous_key_until_it_is_discarded() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    // Two packets: acknowledged at once (no ACK delay), which allows an update.
+    conn.write(flow, &[3u8; 2000]).unwrap();
+    pair.exchange();
+    // Two packets under generation 0, held back (reordered) while the update goes through.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        conn.write(flow, &[3u8; 100]).unwrap();
+        pair.now += Duration::from_millis(50);
+        let mut buf = Vec::new();
+        let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+        assert!(!key_phase(&buf[..t.size]));
+        held.push(buf[..t.size].to_vec());
+    }
+    let now = pair.now;
+    let conn = pair.client.connection_mut(c).unwrap();
+    conn.initiate_key_update(now).unwrap();
+    conn.write(flow, &[3u8; 100]).unwrap();
+    pair.exchange();
+    let stats = pair.server.connection(s).unwrap().stats();
+    assert_eq!(stats.key_updates_received, 1, "{stats:?}");
+    let from: SocketAddr = CLIENT.parse().unwrap();
+    // Within 3 PTO the previous key opens the first; long after, the second is dropped
+    // without decryption (not counted as a forgery).
+    pair.server.handle(pair.now, from, None, &mut held[0]);
+    pair.now += Duration::from_secs(5);
+    pair.server.handle(pair.now, from, None, &mut held[1]);
+    let stats = pair.server.connection(s).unwrap().stats();
+    assert_eq!(stats.previous_key_opened, 1, "{stats:?}");
+    assert_eq!(stats.unknown_phase_dropped, 1, "{stats:?}");
+    assert_eq!(stats.auth_failures, 0, "{stats:?}");
+    // The dropped packet's data is resent under the current key: everything arrives.
+    for _ in 0..100 {
+        if pair.server.connection(s).unwrap().recv_buffered() >= 2300 || !pair.advance() {
+            break;
+        }
+    }
+    let conn = pair.server.connection_mut(s).unwrap();
+    let id = conn.accept_flow(Dir::Uni).unwrap();
+    let mut buf = vec![0u8; 10_000];
+    let n = conn.read(id, &mut buf).unwrap().unwrap();
+    assert_eq!(&buf[..n], &[3u8; 2300][..]);
+}

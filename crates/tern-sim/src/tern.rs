@@ -291,6 +291,10 @@ impl App for BulkSender {
         let Some(conn) = ep.connection_mut(handle) else {
             return;
         };
+        if conn.is_closed() {
+            // No more writes: the Closed event said why (`error`).
+            return;
+        }
         if self.flows.len() < self.sizes.len() && (conn.is_established() || self.flows.is_empty()) {
             while self.flows.len() < self.sizes.len() {
                 match conn.open_flow(Dir::Uni) {

@@ -216,6 +216,18 @@ fn event(time: f64, e: &QlogEvent) -> Value {
             "recovery:congestion_state_updated",
             json!({"old": old.name(), "new": new.name(), "path_id": path}),
         ),
+        QlogEvent::KeyUpdated {
+            send,
+            generation,
+            local,
+        } => (
+            "security:key_updated",
+            json!({
+                "key_type": if *send { "1rtt_send" } else { "1rtt_receive" },
+                "generation": generation,
+                "trigger": if *local { "local_update" } else { "remote_update" },
+            }),
+        ),
         other => ("tern:unknown", json!({"debug": format!("{other:?}")})),
     };
     json!({"time": time, "name": name, "data": data})

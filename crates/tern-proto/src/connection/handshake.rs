@@ -429,7 +429,13 @@ impl Connection {
 
     pub(crate) fn install_keys(&mut self) {
         if let Some(mut noise) = self.handshake.take() {
-            self.keys = noise.split();
+            let (confidentiality, integrity) = (
+                self.config.confidentiality_limit,
+                self.config.integrity_limit,
+            );
+            self.keys = noise.split_secrets().map(|(send, recv)| {
+                crate::crypto::KeySchedule::new(send, recv, confidentiality, integrity)
+            });
         }
         let mtu = self.negotiated_udp_payload();
         self.paths[0].mtu = mtu;

@@ -35,7 +35,7 @@ use bytes::Bytes;
 pub use stats::ConnectionStats;
 
 use crate::config::ConnectionConfig;
-use crate::crypto::{Handshake, PacketKey, PublicKey, RESET_TOKEN_LEN};
+use crate::crypto::{Handshake, KeySchedule, KeyUpdateError, PublicKey, RESET_TOKEN_LEN};
 use crate::error::{ConnectionError, OpenError, ReadError, WriteError};
 use crate::event::Event;
 use crate::flow::{Dir, FlowId, FlowSet};
@@ -109,7 +109,9 @@ pub struct Connection {
     pub(crate) remote_cid: ConnectionId,
     /// The client's first destination CID (names the connection until the server's is known).
     pub(crate) original_dcid: ConnectionId,
-    pub(crate) keys: Option<(PacketKey, PacketKey)>,
+    /// Packet keys of both directions, with key phase and usage counts (§6.4); `None`
+    /// until the handshake is done.
+    pub(crate) keys: Option<KeySchedule>,
     pub(crate) handshake: Option<Handshake>,
     pub(crate) peer_params: Option<TransportParams>,
     pub(crate) local_params: TransportParams,
@@ -366,6 +368,10 @@ impl Connection {
             s.rate_estimate_at = Some(at);
         }
         s.feedback_rate = p.rate.stamped();
+        if let Some(keys) = &self.keys {
+            s.key_generation = keys.send_generation();
+            s.packets_sealed_current_key = keys.sealed();
+        }
         s
     }
 
@@ -667,6 +673,83 @@ impl Connection {
         self.window.peer_closed
     }
 
+    // ---- key update (PROTOCOL.md §6.4) ------------------------------------------------
+
+    /// Moves our send key to its next generation now (the peer's follows when our first
+    /// packet under it arrives). Updates also happen by themselves at half of
+    /// `ConnectionConfig::confidentiality_limit`; this is for applications that want fresh
+    /// keys sooner. Refused while the previous update (or, right after the handshake, the
+    /// first key) has no acknowledged packet: the peer could not derive the key after next;
+    /// and for 3 PTO after the last update: the peer keeps one previous key only, and
+    /// packets of the key before the current one may still be on their way.
+    pub fn initiate_key_update(&mut self, now: Instant) -> Result<(), KeyUpdateError> {
+        if !matches!(self.state, State::Established) {
+            return Err(KeyUpdateError::NoKeys);
+        }
+        let min_age = 3 * self.pto();
+        let generation = self
+            .keys
+            .as_mut()
+            .ok_or(KeyUpdateError::NoKeys)?
+            .initiate_update(now, min_age)?;
+        self.on_key_updated(now, generation, true, true);
+        Ok(())
+    }
+
+    /// Before a packet is built: updates the send key at half the confidentiality limit;
+    /// false (and the connection closing with AEAD_LIMIT_REACHED) when the key is about to
+    /// reach the limit and cannot be updated yet.
+    pub(crate) fn check_send_key(&mut self, now: Instant) -> bool {
+        if !self.keys.as_ref().is_some_and(|k| k.send_check_due()) {
+            return true;
+        }
+        let min_age = 3 * self.pto();
+        let Some(keys) = self.keys.as_mut() else {
+            return true;
+        };
+        match keys.check_send(now, min_age) {
+            crate::crypto::SendCheck::Ok => true,
+            crate::crypto::SendCheck::Updated(generation) => {
+                self.on_key_updated(now, generation, true, true);
+                true
+            }
+            crate::crypto::SendCheck::LimitReached => {
+                const REASON: &str = "confidentiality limit: the key update was not acknowledged";
+                self.fail_with(
+                    now,
+                    TransportErrorCode::AEAD_LIMIT_REACHED,
+                    REASON,
+                    ConnectionError::AeadLimitReached { reason: REASON },
+                );
+                false
+            }
+        }
+    }
+
+    /// Counts and logs a key that moved to `generation`: the send key (`send`) or the
+    /// receive key, by our decision (`local`) or the peer's.
+    pub(crate) fn on_key_updated(
+        &mut self,
+        now: Instant,
+        generation: u64,
+        send: bool,
+        local: bool,
+    ) {
+        if send {
+            if local {
+                self.stats.key_updates_initiated += 1;
+            } else {
+                self.stats.key_updates_received += 1;
+            }
+        }
+        tracing::debug!(generation, send, local, "key updated");
+        self.qlog(now, |_| crate::qlog::QlogEvent::KeyUpdated {
+            send,
+            generation,
+            local,
+        });
+    }
+
     /// Closes the connection with an application error code and reason. The peer answers
     /// with its own close, after which both ends free everything (fast close, F3).
     pub fn close(&mut self, now: Instant, code: u64, reason: &[u8]) {
@@ -694,6 +777,23 @@ impl Connection {
 
     /// Ends the connection because of a protocol error by the peer.
     pub(crate) fn fail(&mut self, now: Instant, code: TransportErrorCode, reason: &'static str) {
+        self.fail_with(
+            now,
+            code,
+            reason,
+            ConnectionError::ProtocolViolation { code, reason },
+        );
+    }
+
+    /// Ends the connection with a transport error: `code` and `reason` for the peer,
+    /// `error` for the application.
+    pub(crate) fn fail_with(
+        &mut self,
+        now: Instant,
+        code: TransportErrorCode,
+        reason: &'static str,
+        error: ConnectionError,
+    ) {
         if self.is_closed() {
             return;
         }
@@ -703,7 +803,7 @@ impl Connection {
             code: code.into(),
             reason: Bytes::from_static(reason.as_bytes()),
         });
-        self.set_error(ConnectionError::ProtocolViolation { code, reason });
+        self.set_error(error);
         if self.keys.is_none() {
             self.state = State::Drained;
             return;

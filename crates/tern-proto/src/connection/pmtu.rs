@@ -52,6 +52,7 @@ impl Connection {
         }
         let (index, size) = due?;
         let rate = self.rate_area(index);
+        let key_phase = self.keys.as_ref().is_some_and(|k| k.send_phase());
         let path = &mut self.paths[index];
         let path_id = path.id;
         let start = buf.len();
@@ -59,7 +60,7 @@ impl Connection {
         let header = wire::ShortHeader::new(
             self.remote_cid,
             path_id as u8,
-            false,
+            key_phase,
             pn,
             path.sent.largest_acked,
             rate,
@@ -70,11 +71,11 @@ impl Connection {
         Frame::AckRequest.encode(buf);
         // Padding frames (0x00) up to the probe size.
         buf.resize(start + usize::from(size) - TAG_LEN, 0);
-        let sealed = self.keys.as_ref().and_then(|keys| {
+        let sealed = self.keys.as_mut().and_then(|keys| {
             let (head, body) = buf[start..].split_at_mut(header_len);
             let mut scratch = [0u8; wire::MAX_SHORT_HEADER_LEN];
             let aad = wire::short_header_aad(head, header.feedback_rate_offset(), &mut scratch);
-            keys.0.seal_in_place(path_id, pn, aad, body)
+            keys.seal_in_place(path_id, pn, aad, body)
         });
         let path = &mut self.paths[index];
         let Some(tag) = sealed else {

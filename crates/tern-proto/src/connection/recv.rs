@@ -4,6 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::{Connection, State};
+use crate::crypto::{OpenFailure, Opened};
 use crate::error::ConnectionError;
 use crate::event::{Event, Violation};
 use crate::flow::{Dir, FlowError, FlowSet, RecvError};
@@ -33,9 +34,9 @@ impl Connection {
         if matches!(self.state, State::Drained) {
             return;
         }
-        let Some((_, recv_key)) = self.keys.as_ref() else {
+        if self.keys.is_none() {
             return;
-        };
+        }
         let Ok((header, header_len)) = wire::ShortHeader::decode(data, self.local_cid.len()) else {
             // A stateless reset need not parse as a header: its bytes are random.
             if self.is_stateless_reset(data) {
@@ -58,18 +59,57 @@ impl Connection {
         if let Some(offset) = header.feedback_rate_offset() {
             aad[offset..offset + 4].fill(0);
         }
+        // A previous receive key is kept for 3 PTO after an update, for packets the update
+        // overtook (§6.4); only a packet with the other key phase may cause one.
+        let rotates = self.keys.as_ref().map(|k| k.recv_phase()) != Some(header.key_phase);
+        let keep = if rotates {
+            3 * self.pto()
+        } else {
+            Duration::ZERO
+        };
         let (_, body) = data.split_at_mut(header_len);
-        let Some(len) = recv_key.open(u32::from(header.path_id), pn, &aad[..header_len], body)
-        else {
-            if self.is_stateless_reset(data) {
-                self.enter_drained(ConnectionError::Reset);
-                return;
-            }
-            self.stats.auth_failures += 1;
-            self.events
-                .push_back(Event::SecurityViolation(Violation::Authentication));
+        let Some(keys) = self.keys.as_mut() else {
             return;
         };
+        let opened = keys.open(
+            now,
+            keep,
+            u32::from(header.path_id),
+            pn,
+            header.key_phase,
+            &aad[..header_len],
+            body,
+        );
+        let len = match opened {
+            Ok((len, opened)) => {
+                self.on_opened(now, opened);
+                len
+            }
+            Err(OpenFailure::UnknownPhase) => {
+                self.stats.unknown_phase_dropped += 1;
+                return;
+            }
+            Err(OpenFailure::Authentication) => {
+                if self.is_stateless_reset(data) {
+                    self.enter_drained(ConnectionError::Reset);
+                    return;
+                }
+                self.stats.auth_failures += 1;
+                self.events
+                    .push_back(Event::SecurityViolation(Violation::Authentication));
+                if self.keys.as_mut().is_some_and(|k| k.on_auth_failure()) {
+                    const REASON: &str = "integrity limit: too many packets failed authentication";
+                    self.fail_with(
+                        now,
+                        TransportErrorCode::AEAD_LIMIT_REACHED,
+                        REASON,
+                        ConnectionError::AeadLimitReached { reason: REASON },
+                    );
+                }
+                return;
+            }
+        };
+        let (_, body) = data.split_at_mut(header_len);
         let handshake_address = self.paths[0].remote;
         let Some(index) = self.path_for_packet(now, u32::from(header.path_id), remote, local)
         else {
@@ -150,6 +190,24 @@ impl Connection {
         acks.on_packet(now, pn, ack_eliciting, ecn, freq, self.config.max_ack_delay);
         if ecn == Some(EcnCodepoint::Ce) {
             self.stats.ecn_ce_received += 1;
+        }
+    }
+
+    /// Counts which key opened a packet; an update by the peer moved our send key too.
+    fn on_opened(&mut self, now: Instant, opened: Opened) {
+        match opened {
+            Opened::Current => {}
+            Opened::Previous => self.stats.previous_key_opened += 1,
+            Opened::Rotated { peer_initiated } => {
+                let Some(keys) = self.keys.as_ref() else {
+                    return;
+                };
+                let (recv, send) = (keys.recv_generation(), keys.send_generation());
+                self.on_key_updated(now, recv, false, !peer_initiated);
+                if peer_initiated {
+                    self.on_key_updated(now, send, true, false);
+                }
+            }
         }
     }
 
@@ -250,6 +308,11 @@ impl Connection {
                 }
                 if !out.acked.is_empty() {
                     self.on_path_answered(index);
+                }
+                let newest = out.acked.iter().map(|(pn, _)| *pn).max();
+                if let (Some(keys), Some(pn)) = (self.keys.as_mut(), newest) {
+                    // It may be a packet sealed with our send key: then updates may go on.
+                    keys.on_acked(path_id, pn);
                 }
                 self.on_spurious(index, &mut out);
                 self.on_acked(now, index, out.acked);

@@ -90,7 +90,12 @@ impl Connection {
                 return Some(self.sent_datagram(now, index, size, ecn, false));
             }
             State::Handshake(_) | State::Drained => return None,
-            State::Established => {}
+            State::Established => {
+                if !self.check_send_key(now) {
+                    // The key is at its limit: what goes out now is the Close.
+                    return self.poll_transmit(now, buf);
+                }
+            }
         }
         if !self.paths_opened && self.side == crate::Side::Client {
             // Right after the handshake: every other (local, peer) address pair at once.
@@ -476,6 +481,7 @@ impl Connection {
         let path_id = path.id;
         let start = buf.len();
         let rate = self.rate_area(index);
+        let key_phase = self.keys.as_ref().is_some_and(|k| k.send_phase());
         let path = &mut self.paths[index];
         let pn = path.sent.take_pn();
         // With the explicit-rate area (F12) the header grows by 8 bytes; the payload budget
@@ -483,7 +489,7 @@ impl Connection {
         let header = wire::ShortHeader::new(
             self.remote_cid,
             path_id as u8,
-            false,
+            key_phase,
             pn,
             path.sent.largest_acked,
             rate,
@@ -631,12 +637,12 @@ impl Connection {
         while buf.len() - payload_start < pad_to {
             buf.push(0);
         }
-        let keys = self.keys.as_ref()?;
+        let keys = self.keys.as_mut()?;
         let (head, body) = buf[start..].split_at_mut(header_len);
         // Associated data: the header with the router-writable feedback rate zeroed (§6.3).
         let mut scratch = [0u8; wire::MAX_SHORT_HEADER_LEN];
         let aad = wire::short_header_aad(head, header.feedback_rate_offset(), &mut scratch);
-        let tag = keys.0.seal_in_place(path_id, pn, aad, body)?;
+        let tag = keys.seal_in_place(path_id, pn, aad, body)?;
         buf.extend_from_slice(&tag);
         let size = buf.len() - start;
         let path = &mut self.paths[index];

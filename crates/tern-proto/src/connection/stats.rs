@@ -45,6 +45,19 @@ pub struct ConnectionStats {
     pub auth_failures: u64,
     /// Replayed packets (dropped).
     pub replays: u64,
+    /// Key updates (PROTOCOL.md §6.4) we started (at half the confidentiality limit or by
+    /// `Connection::initiate_key_update`) and that the peer started (our send key followed).
+    pub key_updates_initiated: u64,
+    /// See `key_updates_initiated`.
+    pub key_updates_received: u64,
+    /// Packets of a previous key phase that arrived after its key was discarded (dropped).
+    pub unknown_phase_dropped: u64,
+    /// Packets opened with the previous receive key (overtaken by the update).
+    pub previous_key_opened: u64,
+    /// Generation of the send key (0: the handshake's; one more per update).
+    pub key_generation: u64,
+    /// Packets sealed with the current send key.
+    pub packets_sealed_current_key: u64,
     /// Packets sent that carried only acknowledgements (Ack, Nack, padding).
     pub ack_only_sent: u64,
     /// Ack-eliciting packets per ACK we use: what the peer asked for with AckFrequency, else

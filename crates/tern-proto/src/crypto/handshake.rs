@@ -201,17 +201,22 @@ impl Handshake {
 
     /// The packet keys `(send, receive)` for this side, once the handshake is finished.
     pub fn split(&mut self) -> Option<(PacketKey, PacketKey)> {
+        let (send, recv) = self.split_secrets()?;
+        Some((PacketKey::new(&send), PacketKey::new(&recv)))
+    }
+
+    /// The raw 32-byte secrets `(send, receive)` of the packet keys, once the handshake is
+    /// finished: key updates derive the next keys from them (§6.4).
+    pub fn split_secrets(&mut self) -> Option<([u8; 32], [u8; 32])> {
         if !self.is_finished() {
             return None;
         }
         let (initiator_to_responder, responder_to_initiator) =
             self.state.dangerously_get_raw_split();
-        let a = PacketKey::new(&initiator_to_responder);
-        let b = PacketKey::new(&responder_to_initiator);
         Some(if self.state.is_initiator() {
-            (a, b)
+            (initiator_to_responder, responder_to_initiator)
         } else {
-            (b, a)
+            (responder_to_initiator, initiator_to_responder)
         })
     }
 }

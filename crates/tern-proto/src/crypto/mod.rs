@@ -1,11 +1,12 @@
 //! Cryptography: the Noise handshake (IK / XX, via `snow`), packet protection with explicit
-//! nonces (AES-256-GCM, via `ring`), the replay window, the first-flight register, retry tokens
-//! and stateless-reset tokens.
+//! nonces (AES-256-GCM, via `ring`), key update and the AEAD usage limits, the replay window,
+//! the first-flight register, retry tokens and stateless-reset tokens.
 //!
 //! See docs/PROTOCOL.md §6 (packet protection) and §7 (handshake).
 
 mod first_flight;
 mod handshake;
+mod key_schedule;
 mod keys;
 mod packet;
 mod replay;
@@ -13,6 +14,10 @@ mod token;
 
 pub use first_flight::{FirstFlightRegister, Freshness, Unproven};
 pub use handshake::{Handshake, HandshakePattern};
+pub use key_schedule::{
+    next_secret, KeySchedule, KeyUpdateError, OpenFailure, Opened, SendCheck, CLOSE_RESERVE,
+    DEFAULT_CONFIDENTIALITY_LIMIT, DEFAULT_INTEGRITY_LIMIT, KEY_UPDATE_LABEL,
+};
 pub use keys::{KeyError, PublicKey, StaticKeypair};
 pub use packet::{PacketKey, TAG_LEN};
 pub use replay::ReplayWindow;

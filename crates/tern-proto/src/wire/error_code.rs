@@ -65,6 +65,10 @@ codes! {
     IDLE_TIMEOUT = 0xe,
     /// A message (F5) or datagram (F6) exceeds the peer's advertised maximum.
     MESSAGE_TOO_LARGE = 0xf,
+    /// A packet key reached an AEAD usage limit (§6.4): too many packets failed
+    /// authentication, or one key sealed nearly its confidentiality limit and could not be
+    /// updated. QUIC's AEAD_LIMIT_REACHED (0xf there; 0xf is taken here).
+    AEAD_LIMIT_REACHED = 0x10,
 }
 
 impl TransportErrorCode {
@@ -147,6 +151,7 @@ mod tests {
             (C::HANDSHAKE_TIMEOUT, "HANDSHAKE_TIMEOUT", 0xd, true),
             (C::IDLE_TIMEOUT, "IDLE_TIMEOUT", 0xe, false),
             (C::MESSAGE_TOO_LARGE, "MESSAGE_TOO_LARGE", 0xf, true),
+            (C::AEAD_LIMIT_REACHED, "AEAD_LIMIT_REACHED", 0x10, true),
         ];
         assert_eq!(table.len(), C::ALL.len());
         for (i, &(code, name, value, on_wire)) in table.iter().enumerate() {
@@ -158,10 +163,10 @@ mod tests {
             assert_eq!(format!("{code}"), name);
             assert_eq!(code.is_sent_on_wire(), on_wire, "{name}");
         }
-        assert_eq!(C::from_code(0x10).name(), None);
+        assert_eq!(C::from_code(0x11).name(), None);
         assert_eq!(
-            format!("{:?}", C::from_code(0x10)),
-            "TransportErrorCode(0x10)"
+            format!("{:?}", C::from_code(0x11)),
+            "TransportErrorCode(0x11)"
         );
 
         // Decode errors map to wire codes (DecodeError::code).
