@@ -284,16 +284,24 @@ impl Connection {
     }
 
     /// The next message that is not a reply to a `request` of ours.
+    ///
+    /// Messages wait in the protocol core until taken here, holding their share of the
+    /// connection window: a peer sending to an application that does not call this is
+    /// stopped by flow control once the window (`FlowConfig::connection_window`) is full,
+    /// instead of filling memory.
     pub async fn recv_message(&self) -> Result<Message, ConnectionError> {
         poll_fn(|cx| {
             let mut inner = self.shared.lock();
+            if let Some(m) = inner.take_inbox(self.id) {
+                drop(inner);
+                // Taking it gave credit back: the driver may have a MaxData to send.
+                self.wake_driver();
+                return Poll::Ready(Ok(m));
+            }
             let Some(s) = inner.state(self.id) else {
                 drop(inner);
                 return Poll::Ready(Err(closed_error(&self.shared, self.id)));
             };
-            if let Some(m) = s.inbox.pop_front() {
-                return Poll::Ready(Ok(m));
-            }
             if s.error.is_some() || s.drained {
                 drop(inner);
                 return Poll::Ready(Err(closed_error(&self.shared, self.id)));
