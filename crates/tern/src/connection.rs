@@ -379,6 +379,16 @@ impl Connection {
         }
     }
 
+    /// Messages sent and not yet acknowledged in full nor given up at their deadline (zero:
+    /// everything sent has been dealt with). Messages the peer's flow control holds back
+    /// count here: it is how far a sender is ahead of a slow reader.
+    pub fn outstanding_messages(&self) -> usize {
+        let mut inner = self.shared.lock();
+        inner
+            .connection(self.id)
+            .map_or(0, |c| c.outstanding_messages())
+    }
+
     /// Answers the peer's message `to` (sent with `request`).
     pub fn reply(
         &self,
