@@ -173,6 +173,46 @@ fn one_byte_flow_fragments_with_gaps_are_bounded() {
 }
 
 #[test]
+fn a_reset_flow_frees_what_it_held_and_its_credit() {
+    let mut p = Pair::new(|_| {});
+    let id = FlowId::new(Side::Client, Dir::Uni, 0);
+    p.inject(&[
+        flow_frame(id, 0, &[1; 100]),
+        flow_frame(id, 1000, &[2; 100]),
+    ])
+    .unwrap();
+    let stats = p.server_conn().stats();
+    assert_eq!(
+        (
+            stats.flow_bytes_buffered,
+            stats.recv_credit_used,
+            stats.recv_ranges
+        ),
+        (200, 1100, 2)
+    );
+    let reset = Frame::ResetFlow {
+        flow_id: id.0,
+        error_code: 7,
+        final_size: 5000,
+    };
+    p.inject(&[reset]).unwrap();
+    let stats = p.server_conn().stats();
+    assert_eq!(
+        (
+            stats.flow_bytes_buffered,
+            stats.recv_credit_used,
+            stats.recv_ranges
+        ),
+        (0, 0, 0)
+    );
+    let mut buf = [0; 10];
+    assert_eq!(
+        p.server_conn().read(id, &mut buf),
+        Err(crate::ReadError::Reset(7))
+    );
+}
+
+#[test]
 fn one_byte_message_fragments_with_gaps_are_bounded() {
     let mut p = Pair::new(|c| c.max_recv_ranges = 50);
     let frag = |offset, data| {

@@ -301,7 +301,12 @@ impl Connection {
                         recv.highest = final_size;
                         recv.final_size = Some(final_size);
                         recv.reset = Some(error_code);
+                        // Nobody reads a reset flow (reads report the reset): what it holds
+                        // is dropped now and its connection credit, up to the final size,
+                        // given back, or every reset would shrink the window for good.
+                        let unread = recv.discard();
                         self.flows.data_received += grown;
+                        self.flows.on_consumed(unread);
                         self.events.push_back(Event::FlowReadable(id));
                     }
                 }
