@@ -306,6 +306,12 @@ impl Connection {
                         // given back, or every reset would shrink the window for good.
                         let unread = recv.discard();
                         self.flows.data_received += grown;
+                        if self.flows.data_received > self.flows.local_max_data {
+                            return Err((
+                                TransportErrorCode::FLOW_CONTROL_ERROR,
+                                "reset beyond connection credit",
+                            ));
+                        }
                         self.flows.on_consumed(unread);
                         self.events.push_back(Event::FlowReadable(id));
                     }
