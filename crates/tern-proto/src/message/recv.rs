@@ -96,7 +96,8 @@ impl MessageReceiver {
 
     /// Takes one fragment. Returns the connection credit newly counted: a message's whole
     /// cost ([`credit_cost`]: its size plus a fixed overhead) when its first fragment arrives
-    /// (the sender counted it whole when it started it), then nothing. `deadline` is the receiver's estimate of the message's deadline.
+    /// (the sender counted it whole when it started it), then nothing. `deadline` is the
+    /// receiver's estimate of the message's deadline.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_fragment(
         &mut self,
@@ -182,16 +183,24 @@ impl MessageReceiver {
     }
 
     /// Delivers the ordered messages that no longer wait for an earlier one, stepping over
-    /// the skipped ones.
+    /// the skipped ones (a whole range of finished IDs at once: the work is per message held,
+    /// not per ID skipped).
     fn release_ordered(&mut self) {
-        while self.finished[0].contains(self.next_ordered) {
-            if let Some(msg) = self.ordered_done.remove(&self.next_ordered) {
+        let Some(done) = self.finished[0].first() else {
+            return;
+        };
+        if done.start <= self.next_ordered && self.next_ordered < done.end {
+            while let Some(entry) = self.ordered_done.first_entry() {
+                if *entry.key() >= done.end {
+                    break;
+                }
+                let msg = entry.remove();
                 self.held -= msg.data.len() as u64;
                 self.ready.push_back(msg);
             }
-            self.next_ordered += 1;
+            self.next_ordered = done.end;
         }
-        // What is below `next_ordered` is finished by definition: keep one range at most.
+        // What is below `next_ordered` is finished by definition: keep no range for it.
         self.finished[0].remove(0..self.next_ordered);
     }
 
