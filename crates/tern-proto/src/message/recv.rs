@@ -469,6 +469,64 @@ mod tests {
         assert_eq!(r.buffered(), Buffered::default());
     }
 
+    proptest::proptest! {
+        /// Fragments of a few messages in any order, duplicated and overlapping: every
+        /// message arrives intact, ordered ones in order, and the counters of what is held
+        /// (bytes, ranges) match the state and come back to nothing.
+        #[test]
+        fn any_fragment_order_reassembles_and_accounts(
+            sizes in proptest::collection::vec(0usize..3000, 1..6),
+            cuts in proptest::collection::vec((0usize..6, 0usize..3000, 1usize..700), 1..80),
+        ) {
+            let msgs: Vec<(MessageId, Vec<u8>)> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let id = MessageId::new(i % 2 == 0, (i / 2) as u64);
+                    (id, (0..n).map(|b| (b * 7 + i) as u8).collect())
+                })
+                .collect();
+            let mut r = MessageReceiver::default();
+            let mut pieces: Vec<(usize, usize, usize)> = cuts
+                .iter()
+                .map(|&(m, s, l)| {
+                    let m = m % msgs.len();
+                    let n = msgs[m].1.len();
+                    let s = if n == 0 { 0 } else { s % n };
+                    (m, s, (s + l).min(n))
+                })
+                .collect();
+            // Everything is covered at least once, at the end.
+            pieces.extend((0..msgs.len()).map(|m| (m, 0, msgs[m].1.len())));
+            let mut credit = 0;
+            for (m, s, e) in pieces {
+                let (id, data) = &msgs[m];
+                credit += r
+                    .on_fragment(*id, data.len() as u64, s as u64, &data[s..e], None, None, 3, 1 << 20)
+                    .unwrap();
+                let partial: usize = r.partial.values().map(|p| p.received.len()).sum();
+                proptest::prop_assert_eq!(r.partial_ranges, partial);
+                let held: u64 = r.partial.values().map(|p| p.received.total()).sum::<u64>()
+                    + r.ordered_done.values().map(|m| m.data.len() as u64).sum::<u64>();
+                proptest::prop_assert_eq!(r.held, held);
+            }
+            let total: u64 = msgs.iter().map(|(_, d)| credit_cost(d.len() as u64)).sum();
+            proptest::prop_assert_eq!(credit, total, "each message counted once, whole");
+            proptest::prop_assert_eq!(r.ready.len(), msgs.len());
+            let mut last_ordered = None;
+            for m in &r.ready {
+                let data = &msgs.iter().find(|(id, _)| *id == m.id).unwrap().1;
+                proptest::prop_assert_eq!(&m.data[..], &data[..]);
+                if m.id.is_ordered() {
+                    proptest::prop_assert!(last_ordered < Some(m.id.seq()));
+                    last_ordered = Some(m.id.seq());
+                }
+            }
+            proptest::prop_assert_eq!(r.held, 0);
+            proptest::prop_assert_eq!(r.partial_ranges, 0);
+        }
+    }
+
     #[test]
     fn oversized_messages_are_refused() {
         let mut r = MessageReceiver::default();
