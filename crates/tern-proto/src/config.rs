@@ -97,6 +97,20 @@ pub struct ConnectionConfig {
     pub max_datagram_size_in: u64,
     /// Datagrams kept for the application (oldest dropped beyond this) and queued to send.
     pub datagram_queue: usize,
+    /// Bytes of received datagrams kept for the application: beyond this the oldest are
+    /// dropped (counted in `datagrams_recv_dropped`), as beyond `datagram_queue`. Datagrams
+    /// have no flow control, so this and the count are all that bound what a peer can make
+    /// us hold for an application that does not read them. 1 MiB: 256 datagrams of 4 KiB,
+    /// or about 870 full-size ones.
+    pub datagram_queue_bytes: u64,
+    /// Disjoint ranges of received data held, all flows and messages together (out-of-order
+    /// fragments, and message IDs finished above a gap). Credit bounds the bytes held, but
+    /// each range costs map nodes whatever its size: a peer sending one-byte fragments with
+    /// gaps between them could make us hold ~100 times its credit. A peer beyond this is
+    /// closed with PROTOCOL_VIOLATION (PROTOCOL.md §10). A sender only makes ranges by
+    /// losses, one or two per packet lost in flight at most: 16 384 covers a window of
+    /// 16 384 packets lost one in two (20 MB in flight at 1 200 bytes), at ~2 MB of nodes.
+    pub max_recv_ranges: usize,
     /// Most datagrams the pacer releases at once. The pacer lets about 2 ms of sending go in
     /// one burst; this caps it. Drivers whose timers are coarse (1 ms for tokio) need bursts
     /// to reach high rates on short paths; 64 also matches a full GSO batch.
@@ -168,6 +182,8 @@ impl Default for ConnectionConfig {
             max_message_size: 16 << 20,
             max_datagram_size_in: 65_535,
             datagram_queue: 256,
+            datagram_queue_bytes: 1 << 20,
+            max_recv_ranges: 16_384,
             scheduler: Default::default(),
             redundant_priority: None,
             advertise: Vec::new(),

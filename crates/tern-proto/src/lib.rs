@@ -86,7 +86,9 @@ pub use endpoint::{ConnectionHandle, Endpoint, EndpointStats};
 pub use error::{ConnectError, ConnectionError, OpenError, ReadError, WriteError};
 pub use event::{Event, Violation};
 pub use flow::{Dir, FlowId};
-pub use message::{DatagramError, Message, MessageId, MessageOptions, SendMessageError};
+pub use message::{
+    DatagramError, Message, MessageId, MessageOptions, SendMessageError, MESSAGE_CREDIT_OVERHEAD,
+};
 pub use path::scheduler::{
     AckClocked, Backup, Candidate, Context as SchedulerContext, Deadline, MinRtt, Redundant,
     RoundRobin, Scheduler, SchedulerKind, UnknownScheduler,

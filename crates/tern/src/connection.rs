@@ -284,16 +284,24 @@ impl Connection {
     }
 
     /// The next message that is not a reply to a `request` of ours.
+    ///
+    /// Messages wait in the protocol core until taken here, holding their share of the
+    /// connection window: a peer sending to an application that does not call this is
+    /// stopped by flow control once the window (`FlowConfig::connection_window`) is full,
+    /// instead of filling memory.
     pub async fn recv_message(&self) -> Result<Message, ConnectionError> {
         poll_fn(|cx| {
             let mut inner = self.shared.lock();
+            if let Some(m) = inner.take_inbox(self.id) {
+                drop(inner);
+                // Taking it gave credit back: the driver may have a MaxData to send.
+                self.wake_driver();
+                return Poll::Ready(Ok(m));
+            }
             let Some(s) = inner.state(self.id) else {
                 drop(inner);
                 return Poll::Ready(Err(closed_error(&self.shared, self.id)));
             };
-            if let Some(m) = s.inbox.pop_front() {
-                return Poll::Ready(Ok(m));
-            }
             if s.error.is_some() || s.drained {
                 drop(inner);
                 return Poll::Ready(Err(closed_error(&self.shared, self.id)));
@@ -369,6 +377,16 @@ impl Connection {
                 Err(closed_error(&self.shared, self.id).into())
             }
         }
+    }
+
+    /// Messages sent and not yet acknowledged in full nor given up at their deadline (zero:
+    /// everything sent has been dealt with). Messages the peer's flow control holds back
+    /// count here: it is how far a sender is ahead of a slow reader.
+    pub fn outstanding_messages(&self) -> usize {
+        let mut inner = self.shared.lock();
+        inner
+            .connection(self.id)
+            .map_or(0, |c| c.outstanding_messages())
     }
 
     /// Answers the peer's message `to` (sent with `request`).

@@ -49,8 +49,13 @@ pub(crate) struct ConnState {
     pub(crate) stopped: HashMap<FlowId, u64>,
     pub(crate) waiters: Vec<Waker>,
     pub(crate) events: Vec<mpsc::UnboundedSender<Event>>,
-    /// Messages taken from the core: replies by the request they answer, the rest in order.
-    pub(crate) inbox: VecDeque<Message>,
+    /// How many messages at the head of the core's ready queue are for `recv_message`
+    /// (sorted by `sort_messages`). They stay in the core until the application takes them:
+    /// their credit goes back to the peer only then, so a peer can make us hold no more than
+    /// the connection window (`FlowConfig::connection_window`) for an application that does
+    /// not read, instead of whatever it sends.
+    pub(crate) inbox_len: usize,
+    /// Replies taken from the core for the `request` awaiting each (one per request).
     pub(crate) replies: HashMap<MessageId, Message>,
     pub(crate) message_waiters: Vec<Waker>,
     pub(crate) reply_waiters: HashMap<MessageId, Waker>,
@@ -60,38 +65,71 @@ pub(crate) struct ConnState {
     /// Requests whose caller gave up (deadline or cancellation), oldest first: a late reply
     /// to one is dropped rather than left in the inbox. Bounded by [`ABANDONED_REMEMBERED`].
     pub(crate) abandoned: VecDeque<MessageId>,
+    /// The same, to look them up.
+    abandoned_set: HashSet<MessageId>,
 }
 
 /// How many abandoned requests a connection remembers so as to drop their late replies.
 const ABANDONED_REMEMBERED: usize = 4096;
 
 impl ConnState {
-    /// Whether a request with this ID is awaiting its reply.
-    fn expects_reply(&self, id: MessageId) -> bool {
-        self.pending_requests.contains(&id)
-    }
-
     /// The caller of `request` stopped waiting for the reply to `id`.
     pub(crate) fn abandon_request(&mut self, id: MessageId) {
         if self.pending_requests.remove(&id) {
             if self.abandoned.len() == ABANDONED_REMEMBERED {
-                self.abandoned.pop_front();
+                if let Some(old) = self.abandoned.pop_front() {
+                    self.abandoned_set.remove(&old);
+                }
             }
             self.abandoned.push_back(id);
+            self.abandoned_set.insert(id);
         }
         self.reply_waiters.remove(&id);
         self.replies.remove(&id);
     }
 
-    /// Whether `m` is a late reply to an abandoned request (forgetting the request if so).
-    fn is_abandoned_reply(&mut self, m: &Message) -> bool {
-        let Some(r) = m.reply_to else { return false };
-        match self.abandoned.iter().position(|a| *a == r) {
-            Some(i) => {
-                self.abandoned.remove(i);
-                true
+    /// Whether `request` was abandoned (forgetting it if so: it has one reply at most).
+    fn take_abandoned(&mut self, request: MessageId) -> bool {
+        if !self.abandoned_set.remove(&request) {
+            return false;
+        }
+        if let Some(i) = self.abandoned.iter().position(|a| *a == request) {
+            self.abandoned.remove(i);
+        }
+        true
+    }
+
+    /// Looks at the messages the core completed since the last look (past `inbox_len`):
+    /// replies to our pending requests are taken for them, late replies to abandoned ones
+    /// are taken and dropped, and the rest stay in the core, in order, for `recv_message`.
+    fn sort_messages(&mut self, conn: &mut tern_proto::Connection) {
+        let mut inbox_grew = false;
+        while let Some(m) = conn.peek_message(self.inbox_len) {
+            let request = m.reply_to;
+            match request {
+                Some(r) if self.pending_requests.contains(&r) => {
+                    let Some(m) = conn.take_message(self.inbox_len) else {
+                        break;
+                    };
+                    self.pending_requests.remove(&r);
+                    if let Some(w) = self.reply_waiters.remove(&r) {
+                        w.wake();
+                    }
+                    self.replies.insert(r, m);
+                }
+                Some(r) if self.take_abandoned(r) => {
+                    conn.take_message(self.inbox_len);
+                }
+                _ => {
+                    self.inbox_len += 1;
+                    inbox_grew = true;
+                }
             }
-            None => false,
+        }
+        if inbox_grew {
+            for w in self.message_waiters.drain(..) {
+                w.wake();
+            }
         }
     }
 
@@ -243,6 +281,24 @@ impl Inner {
                 self.proto.release(id.handle);
             }
         }
+    }
+
+    /// Takes the next message for `recv_message` from the core (giving its credit back).
+    pub(crate) fn take_inbox(&mut self, id: ConnectionId) -> Option<Message> {
+        let s = self
+            .conns
+            .get_mut(&id.handle)
+            .filter(|s| s.generation == id.generation)?;
+        if s.inbox_len == 0 {
+            return None;
+        }
+        let m = self.proto.connection_mut(id.handle)?.take_message(0);
+        match m {
+            Some(_) => s.inbox_len -= 1,
+            // Cannot happen (the core only drops ready messages when taken); recount.
+            None => s.inbox_len = 0,
+        }
+        m
     }
 
     fn id_of(&self, handle: ConnectionHandle) -> Option<ConnectionId> {
@@ -597,28 +653,9 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
                 s.wake_all();
             }
             Event::MessageReceived => {
-                // Sort messages into replies (for `request`) and the inbox.
+                // Replies go to their requests; the rest wait in the core for `recv_message`.
                 if let Some(conn) = inner.proto.connection_mut(*handle) {
-                    while let Some(m) = conn.recv_message() {
-                        if s.is_abandoned_reply(&m) {
-                            continue;
-                        }
-                        match m.reply_to.filter(|r| s.expects_reply(*r)) {
-                            Some(r) => {
-                                s.pending_requests.remove(&r);
-                                if let Some(w) = s.reply_waiters.remove(&r) {
-                                    w.wake();
-                                }
-                                s.replies.insert(r, m);
-                            }
-                            None => {
-                                s.inbox.push_back(m);
-                                for w in s.message_waiters.drain(..) {
-                                    w.wake();
-                                }
-                            }
-                        }
-                    }
+                    s.sort_messages(conn);
                 }
             }
             Event::DatagramReceived => {

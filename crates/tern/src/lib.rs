@@ -82,5 +82,5 @@ pub use tern_proto::{
     ConnectionConfig, ConnectionError, ConnectionStats, DatagramError, Dir, EcnCodepoint, EcnState,
     EndpointConfig, EndpointStats, Event, FlowConfig, FlowId, Message, MessageId, MessageOptions,
     PathState, PathStats, PublicKey, RateSource, RetryPolicy, SchedulerKind, SendMessageError,
-    StaticKeypair, TargetRate, Violation,
+    StaticKeypair, TargetRate, Violation, MESSAGE_CREDIT_OVERHEAD,
 };

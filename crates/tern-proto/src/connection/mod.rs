@@ -14,6 +14,8 @@
 //! `poll_timeout` and drain `poll_event`. Time only moves forward: every `now` passed in must
 //! be at least the previous one.
 
+#[cfg(test)]
+mod bounds_tests;
 pub(crate) mod handshake;
 mod paths;
 mod pmtu;
@@ -169,6 +171,8 @@ pub struct Connection {
     pub(crate) messages_in: crate::message::MessageReceiver,
     pub(crate) datagrams_out: VecDeque<Bytes>,
     pub(crate) datagrams_in: VecDeque<Bytes>,
+    /// Bytes in `datagrams_in` (bounded by `ConnectionConfig::datagram_queue_bytes`).
+    pub(crate) datagrams_in_bytes: u64,
     pub(crate) window: WindowState,
     /// Server: the Initial payload this connection was built from (see `Endpoint::handle_long`).
     pub(crate) initial_payload: Vec<u8>,
@@ -268,6 +272,7 @@ impl Connection {
             messages_in: Default::default(),
             datagrams_out: VecDeque::new(),
             datagrams_in: VecDeque::new(),
+            datagrams_in_bytes: 0,
             window: WindowState::default(),
             config,
         }
@@ -372,6 +377,17 @@ impl Connection {
             s.key_generation = keys.send_generation();
             s.packets_sealed_current_key = keys.sealed();
         }
+        s.datagrams_buffered = self.datagrams_in.len() as u64;
+        s.datagram_bytes_buffered = self.datagrams_in_bytes;
+        let m = self.messages_in.buffered();
+        s.messages_buffered = m.count;
+        s.message_bytes_buffered = m.bytes;
+        s.flow_bytes_buffered = self.flows.recv_buffered();
+        s.recv_credit_used = self
+            .flows
+            .data_received
+            .saturating_sub(self.flows.data_consumed);
+        s.recv_ranges = (self.flows.recv_ranges() + self.messages_in.ranges()) as u64;
         s
     }
 
@@ -571,6 +587,10 @@ impl Connection {
             .peer_params
             .as_ref()
             .map_or(crate::flow::PRE_HANDSHAKE_CREDIT, |p| p.max_message_size);
+        // A message must fit the peer's connection window with its overhead, or it could
+        // never start.
+        let window = self.flows.peer_connection_window();
+        let max = max.min(window.saturating_sub(crate::message::MESSAGE_CREDIT_OVERHEAD));
         if data.len() as u64 > max {
             return Err(SendMessageError::TooLarge {
                 size: data.len() as u64,
@@ -588,8 +608,23 @@ impl Connection {
 
     /// The next message received whole, if any.
     pub fn recv_message(&mut self) -> Option<crate::message::Message> {
-        let msg = self.messages_in.ready.pop_front()?;
-        self.flows.on_consumed(msg.data.len() as u64);
+        self.take_message(0)
+    }
+
+    /// The `index`-th message received whole and not yet taken (in delivery order), left
+    /// where it is. With [`take_message`](Self::take_message), a runtime takes the replies
+    /// to its requests without taking, and so having to buffer, the messages before them.
+    pub fn peek_message(&self, index: usize) -> Option<&crate::message::Message> {
+        self.messages_in.ready.get(index)
+    }
+
+    /// Takes the `index`-th message received whole (see [`peek_message`](Self::peek_message)).
+    /// Its credit goes back to the peer only now: messages nobody takes keep holding theirs,
+    /// which is what stops a peer from making us buffer more than the connection window.
+    pub fn take_message(&mut self, index: usize) -> Option<crate::message::Message> {
+        let msg = self.messages_in.ready.remove(index)?;
+        self.flows
+            .on_consumed(crate::message::credit_cost(msg.data.len() as u64));
         Some(msg)
     }
 
@@ -643,7 +678,9 @@ impl Connection {
 
     /// The next datagram received, if any.
     pub fn recv_datagram(&mut self) -> Option<Bytes> {
-        self.datagrams_in.pop_front()
+        let d = self.datagrams_in.pop_front()?;
+        self.datagrams_in_bytes -= d.len() as u64;
+        Some(d)
     }
 
     /// Closes this side's receive window (F7), e.g. before a handover: the peer stops
@@ -1166,10 +1203,11 @@ impl Connection {
                 late_by,
             });
         }
+        let ready_before = self.messages_in.ready.len();
         for s in self.messages_in.expire(now) {
             self.on_message_skipped(s);
         }
-        if !self.messages_in.ready.is_empty() {
+        if self.messages_in.ready.len() > ready_before {
             self.events.push_back(Event::MessageReceived);
         }
     }

@@ -369,7 +369,18 @@ impl Connection {
                         recv.highest = final_size;
                         recv.final_size = Some(final_size);
                         recv.reset = Some(error_code);
+                        // Nobody reads a reset flow (reads report the reset): what it holds
+                        // is dropped now and its connection credit, up to the final size,
+                        // given back, or every reset would shrink the window for good.
+                        let unread = recv.discard();
                         self.flows.data_received += grown;
+                        if self.flows.data_received > self.flows.local_max_data {
+                            return Err((
+                                TransportErrorCode::FLOW_CONTROL_ERROR,
+                                "reset beyond connection credit",
+                            ));
+                        }
+                        self.flows.on_consumed(unread);
                         self.events.push_back(Event::FlowReadable(id));
                     }
                 }
@@ -487,11 +498,16 @@ impl Connection {
             Frame::Message(m) => self.on_message_fragment(now, arrived_on, m)?,
             Frame::MessageSkip { msg_id, credit } => {
                 let id = crate::message::MessageId(msg_id);
+                let ranges_before = self.messages_in.ranges();
+                let ready_before = self.messages_in.ready.len();
                 if let Some(s) = self.messages_in.on_skip(id, credit) {
                     self.on_message_skipped(s);
-                    if !self.messages_in.ready.is_empty() {
+                    if self.messages_in.ready.len() > ready_before {
                         self.events.push_back(Event::MessageReceived);
                     }
+                }
+                if self.messages_in.ranges() > ranges_before {
+                    self.check_recv_ranges()?;
                 }
             }
             Frame::Datagram { data } => {
@@ -501,13 +517,7 @@ impl Connection {
                         "datagram not accepted",
                     ));
                 }
-                if self.datagrams_in.len() >= self.config.datagram_queue {
-                    self.datagrams_in.pop_front();
-                    self.stats.datagrams_dropped += 1;
-                }
-                self.datagrams_in
-                    .push_back(bytes::Bytes::copy_from_slice(data));
-                self.events.push_back(Event::DatagramReceived);
+                self.queue_datagram(data);
             }
             Frame::WindowClose {
                 reason_code,
@@ -554,6 +564,47 @@ impl Connection {
             // Codec-only frames of features not built yet (F18, connection ID rotation) are
             // accepted and ignored, so a newer peer does not break an older one.
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Keeps a received datagram for the application within `datagram_queue` datagrams and
+    /// `datagram_queue_bytes` bytes. When full, the oldest go: datagrams carry what is
+    /// worth sending unreliably, whose value fades with age (media, state updates), so an
+    /// application catching up wants the newest (quinn does the same). One larger than the
+    /// whole byte bound is dropped itself.
+    fn queue_datagram(&mut self, data: &[u8]) {
+        let len = data.len() as u64;
+        let max_bytes = self.config.datagram_queue_bytes;
+        let max_count = self.config.datagram_queue;
+        if len > max_bytes || max_count == 0 {
+            self.stats.datagrams_dropped += 1;
+            self.stats.datagrams_recv_dropped += 1;
+            return;
+        }
+        while self.datagrams_in.len() >= max_count || self.datagrams_in_bytes + len > max_bytes {
+            let Some(old) = self.datagrams_in.pop_front() else {
+                break;
+            };
+            self.datagrams_in_bytes -= old.len() as u64;
+            self.stats.datagrams_dropped += 1;
+            self.stats.datagrams_recv_dropped += 1;
+        }
+        self.datagrams_in
+            .push_back(bytes::Bytes::copy_from_slice(data));
+        self.datagrams_in_bytes += len;
+        self.events.push_back(Event::DatagramReceived);
+    }
+
+    /// Fails when the peer made us hold more disjoint ranges of received data than
+    /// `max_recv_ranges` (see there: bytes are bounded by credit, per-range overhead by this).
+    fn check_recv_ranges(&self) -> Result<(), FrameError> {
+        let held = self.flows.recv_ranges() + self.messages_in.ranges();
+        if held > self.config.max_recv_ranges {
+            return Err((
+                TransportErrorCode::PROTOCOL_VIOLATION,
+                "too many out-of-order fragments",
+            ));
         }
         Ok(())
     }
@@ -616,6 +667,8 @@ impl Connection {
                 .checked_sub(one_way)
                 .unwrap_or(now)
         });
+        let ranges_before = self.messages_in.ranges();
+        let ready_before = self.messages_in.ready.len();
         let new = self
             .messages_in
             .on_fragment(
@@ -648,7 +701,12 @@ impl Connection {
                 "message data beyond credit",
             ));
         }
-        if !self.messages_in.ready.is_empty() {
+        if self.messages_in.ranges() > ranges_before {
+            self.check_recv_ranges()?;
+        }
+        // Only when one became ready: unread ones stay there, and must not make an event of
+        // every later fragment.
+        if self.messages_in.ready.len() > ready_before {
             self.events.push_back(Event::MessageReceived);
         }
         Ok(())
@@ -666,6 +724,7 @@ impl Connection {
             return Ok(());
         };
         let was_readable = recv.readable() > 0 || recv.is_finished();
+        let ranges_before = recv.ranges();
         let grown = recv.insert(offset, data, fin).map_err(|e| match e {
             RecvError::FlowControl => (
                 TransportErrorCode::FLOW_CONTROL_ERROR,
@@ -678,6 +737,7 @@ impl Connection {
         })?;
         let readable = recv.readable() > 0 || recv.final_size == Some(recv.read);
         let stopped = recv.stop.is_some();
+        let new_range = recv.ranges() > ranges_before;
         self.flows.data_received += grown;
         if stopped {
             // Nobody reads a stopped flow: what arrives is consumed at once.
@@ -688,6 +748,9 @@ impl Connection {
                 TransportErrorCode::FLOW_CONTROL_ERROR,
                 "connection data beyond credit",
             ));
+        }
+        if new_range {
+            self.check_recv_ranges()?;
         }
         if readable && !was_readable {
             self.events.push_back(Event::FlowReadable(id));

@@ -73,6 +73,26 @@ pub struct ConnectionStats {
     pub ptos: u64,
     /// Datagrams dropped from a full send or receive queue.
     pub datagrams_dropped: u64,
+    /// Of `datagrams_dropped`, those received and dropped (the oldest first) because the
+    /// application had `datagram_queue` datagrams or `datagram_queue_bytes` bytes unread.
+    pub datagrams_recv_dropped: u64,
+    /// Received datagrams waiting for the application, and their bytes.
+    pub datagrams_buffered: u64,
+    /// See `datagrams_buffered`.
+    pub datagram_bytes_buffered: u64,
+    /// Received messages held (partial, complete waiting for an earlier ordered one, or ready
+    /// for the application), and their payload bytes. Bounded by the connection window: each
+    /// costs its size plus `MESSAGE_CREDIT_OVERHEAD` until the application takes it.
+    pub messages_buffered: u64,
+    /// See `messages_buffered`.
+    pub message_bytes_buffered: u64,
+    /// Flow bytes held (out of order, or in order and unread), every flow.
+    pub flow_bytes_buffered: u64,
+    /// Connection credit in use: received (flows and messages) but not yet taken by the
+    /// application. Never above the connection window.
+    pub recv_credit_used: u64,
+    /// Disjoint received ranges held (see `ConnectionConfig::max_recv_ranges`).
+    pub recv_ranges: u64,
     /// Messages given up at their deadline (sent by us / sent to us).
     pub messages_expired_sent: u64,
     /// See `messages_expired_sent`.

@@ -2,7 +2,7 @@
 //! between them (DESIGN.md F4, docs/PROTOCOL.md §10). Either side opens one at no round-trip
 //! cost; credit is granted per flow and per connection.
 
-mod recv;
+pub(crate) mod recv;
 mod send;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -322,6 +322,15 @@ impl FlowSet {
             .values()
             .filter_map(|f| f.recv.as_ref())
             .map(|r| r.buffered())
+            .sum()
+    }
+
+    /// Disjoint ranges held by the receive halves of all flows.
+    pub(crate) fn recv_ranges(&self) -> usize {
+        self.flows
+            .values()
+            .filter_map(|f| f.recv.as_ref())
+            .map(|r| r.ranges())
             .sum()
     }
 

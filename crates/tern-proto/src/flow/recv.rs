@@ -16,6 +16,26 @@ pub(crate) enum RecvError {
     FinalSize,
 }
 
+/// Chunks below this size take the next adjacent bytes into themselves instead of a new map
+/// entry: a peer sending one byte per frame would otherwise cost us a node (~100 bytes) per
+/// byte of credit. Merging copies at most this much per frame.
+pub(crate) const COALESCE_BELOW: usize = 512;
+
+/// Stores `bytes` (new, starting at `at`) in `chunks`, appending them to the chunk that ends
+/// at `at` if that one is small.
+pub(crate) fn store_coalesced(chunks: &mut BTreeMap<u64, Bytes>, at: u64, bytes: &[u8]) {
+    if let Some((&start, prev)) = chunks.range_mut(..at).next_back() {
+        if start + prev.len() as u64 == at && prev.len() < COALESCE_BELOW {
+            let mut joined = Vec::with_capacity(prev.len() + bytes.len());
+            joined.extend_from_slice(prev);
+            joined.extend_from_slice(bytes);
+            *prev = Bytes::from(joined);
+            return;
+        }
+    }
+    chunks.insert(at, Bytes::copy_from_slice(bytes));
+}
+
 /// Receiving state of one flow.
 #[derive(Debug, Default)]
 pub(crate) struct RecvFlow {
@@ -98,7 +118,13 @@ impl RecvFlow {
     /// Keeps `bytes`, which start at flow offset `at` and were not held before.
     fn store(&mut self, at: u64, bytes: &[u8]) {
         self.received.insert(at..at + bytes.len() as u64);
-        self.chunks.insert(at, Bytes::copy_from_slice(bytes));
+        store_coalesced(&mut self.chunks, at, bytes);
+    }
+
+    /// Disjoint ranges held (each one costs map nodes whatever its size; the connection
+    /// bounds their number, `ConnectionConfig::max_recv_ranges`).
+    pub(crate) fn ranges(&self) -> usize {
+        self.received.len()
     }
 
     /// The application stopped the flow: drops what is buffered and counts everything received
@@ -221,6 +247,43 @@ mod tests {
         assert_eq!(r.insert(5, b"abcdef", false), Err(RecvError::FlowControl));
         r.insert(0, b"ab", true).unwrap();
         assert_eq!(r.insert(2, b"c", false), Err(RecvError::FinalSize));
+    }
+
+    #[test]
+    fn duplicates_and_overlaps_hold_nothing_twice() {
+        let mut r = RecvFlow::new(100);
+        for _ in 0..50 {
+            r.insert(10, &[1; 20], false).unwrap();
+            r.insert(5, &[1; 30], false).unwrap();
+        }
+        assert_eq!(r.buffered(), 30);
+        assert_eq!(r.ranges(), 1);
+        let held: usize = r.chunks.values().map(|c| c.len()).sum();
+        assert_eq!(held, 30, "stored bytes never exceed the bytes received");
+    }
+
+    #[test]
+    fn one_byte_frames_are_coalesced() {
+        // In order and unread: one range, and chunks of at least COALESCE_BELOW bytes,
+        // not a map node per byte.
+        let mut r = RecvFlow::new(1 << 20);
+        for i in 0..10_000u64 {
+            r.insert(i, &[i as u8], false).unwrap();
+        }
+        assert_eq!(r.ranges(), 1);
+        assert!(
+            r.chunks.len() <= 10_000 / COALESCE_BELOW + 1,
+            "{}",
+            r.chunks.len()
+        );
+        // Out of order with gaps: a range per fragment (what max_recv_ranges bounds).
+        for i in (20_000..21_000u64).step_by(2) {
+            r.insert(i, b"x", false).unwrap();
+        }
+        assert_eq!(r.ranges(), 1 + 500);
+        let mut out = vec![0; 20_000];
+        assert_eq!(r.read(&mut out), 10_000);
+        assert!(out[..10_000].iter().enumerate().all(|(i, b)| *b == i as u8));
     }
 
     proptest! {

@@ -18,6 +18,16 @@ use bytes::Bytes;
 pub(crate) use recv::MessageReceiver;
 pub(crate) use send::MessageSender;
 
+/// Connection credit a message costs on top of its payload (docs/PROTOCOL.md §10): the
+/// receiver holds per-message state whatever the size, so without it a peer could make a
+/// receiver hold any number of empty messages for the credit of none. Both ends count it.
+pub const MESSAGE_CREDIT_OVERHEAD: u64 = 64;
+
+/// The connection credit a message of `len` bytes takes.
+pub(crate) fn credit_cost(len: u64) -> u64 {
+    len.saturating_add(MESSAGE_CREDIT_OVERHEAD)
+}
+
 /// Number of priority levels; 0 is the lowest, 7 the highest.
 pub const PRIORITIES: usize = 8;
 

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Message, MessageId};
+use super::{credit_cost, Message, MessageId};
+use crate::flow::recv::store_coalesced;
 use crate::recovery::RangeSet;
 
 #[derive(Debug)]
@@ -37,19 +38,33 @@ pub(crate) enum MessageRecvError {
     Inconsistent,
 }
 
+/// What a receiver holds for messages the application has not taken yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Buffered {
+    /// Messages: partial, complete and waiting for an earlier ordered one, and ready.
+    pub(crate) count: u64,
+    /// Their payload bytes.
+    pub(crate) bytes: u64,
+}
+
 /// All messages being received on a connection.
 #[derive(Debug, Default)]
 pub(crate) struct MessageReceiver {
     partial: HashMap<MessageId, InMessage>,
     /// Messages finished (delivered or skipped), to drop late duplicates.
     finished: [RangeSet; 2],
-    /// Ordered messages complete (Some) or skipped (None), waiting for earlier ones.
-    ordered_done: BTreeMap<u64, Option<Message>>,
+    /// Ordered messages complete, waiting for earlier ones. (Skipped ones are only in
+    /// `finished`: a flood of skips costs ranges there, which are bounded, not entries here.)
+    ordered_done: BTreeMap<u64, Message>,
     next_ordered: u64,
     /// Ready for the application.
     pub(crate) ready: VecDeque<Message>,
     /// Bytes held in `partial` and `ordered_done` (counted against connection credit).
     pub(crate) held: u64,
+    /// Disjoint received ranges of the partial messages: each costs a map node whatever
+    /// its size, so the connection bounds their number (with its flows' and the message IDs'
+    /// out-of-order ranges, see `ranges`).
+    partial_ranges: usize,
 }
 
 impl MessageReceiver {
@@ -63,9 +78,26 @@ impl MessageReceiver {
         self.finished[kind].insert(id.seq()..id.seq() + 1);
     }
 
+    /// Disjoint ranges held that a peer could multiply with tiny or sparse fragments and
+    /// message IDs: partial messages' received ranges, and finished message IDs above a gap.
+    pub(crate) fn ranges(&self) -> usize {
+        self.partial_ranges + self.finished[0].len() + self.finished[1].len()
+    }
+
+    /// Messages and bytes held for the application (see [`Buffered`]).
+    pub(crate) fn buffered(&self) -> Buffered {
+        let waiting = self.ordered_done.len();
+        let ready_bytes: u64 = self.ready.iter().map(|m| m.data.len() as u64).sum();
+        Buffered {
+            count: (self.partial.len() + waiting + self.ready.len()) as u64,
+            bytes: self.held + ready_bytes,
+        }
+    }
+
     /// Takes one fragment. Returns the connection credit newly counted: a message's whole
-    /// size when its first fragment arrives (the sender counted it whole when it started it),
-    /// then nothing. `deadline` is the receiver's estimate of the message's deadline.
+    /// cost ([`credit_cost`]: its size plus a fixed overhead) when its first fragment arrives
+    /// (the sender counted it whole when it started it), then nothing. `deadline` is the
+    /// receiver's estimate of the message's deadline.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_fragment(
         &mut self,
@@ -87,7 +119,7 @@ impl MessageReceiver {
         let counted = if self.partial.contains_key(&id) {
             0
         } else {
-            total
+            credit_cost(total)
         };
         let m = self.partial.entry(id).or_insert_with(|| InMessage {
             total,
@@ -109,19 +141,23 @@ impl MessageReceiver {
             return Err(MessageRecvError::Inconsistent);
         }
         let mut new = 0;
+        let ranges_before = m.received.len();
         for hole in m.received.holes(offset..end) {
             let (s, e) = (hole.start, hole.end);
-            m.chunks.insert(
+            store_coalesced(
+                &mut m.chunks,
                 s,
-                Bytes::copy_from_slice(&data[(s - offset) as usize..(e - offset) as usize]),
+                &data[(s - offset) as usize..(e - offset) as usize],
             );
             m.received.insert(s..e);
             new += e - s;
         }
+        self.partial_ranges = self.partial_ranges - ranges_before + m.received.len();
         self.held += new;
         let complete = m.received.contains_range(0..m.total) || m.total == 0;
         if complete {
             if let Some(m) = self.partial.remove(&id) {
+                self.partial_ranges -= m.received.len();
                 let mut data = BytesMut::with_capacity(m.total as usize);
                 for chunk in m.chunks.values() {
                     data.extend_from_slice(chunk);
@@ -135,7 +171,7 @@ impl MessageReceiver {
                 };
                 self.mark_finished(id);
                 if id.is_ordered() {
-                    self.ordered_done.insert(id.seq(), Some(msg));
+                    self.ordered_done.insert(id.seq(), msg);
                     self.release_ordered();
                 } else {
                     self.held -= m.total;
@@ -146,18 +182,26 @@ impl MessageReceiver {
         Ok(counted)
     }
 
+    /// Delivers the ordered messages that no longer wait for an earlier one, stepping over
+    /// the skipped ones (a whole range of finished IDs at once: the work is per message held,
+    /// not per ID skipped).
     fn release_ordered(&mut self) {
-        while let Some(entry) = self.ordered_done.first_entry() {
-            if *entry.key() != self.next_ordered {
-                break;
-            }
-            let done = entry.remove();
-            self.next_ordered += 1;
-            if let Some(msg) = done {
+        let Some(done) = self.finished[0].first() else {
+            return;
+        };
+        if done.start <= self.next_ordered && self.next_ordered < done.end {
+            while let Some(entry) = self.ordered_done.first_entry() {
+                if *entry.key() >= done.end {
+                    break;
+                }
+                let msg = entry.remove();
                 self.held -= msg.data.len() as u64;
                 self.ready.push_back(msg);
             }
+            self.next_ordered = done.end;
         }
+        // What is below `next_ordered` is finished by definition: keep no range for it.
+        self.finished[0].remove(0..self.next_ordered);
     }
 
     /// The sender gave a message up (MessageSkip carrying the credit it counted for it).
@@ -171,7 +215,6 @@ impl MessageReceiver {
         // Never seen: count and release what the sender counted, so both ends agree.
         self.mark_finished(id);
         if id.is_ordered() {
-            self.ordered_done.insert(id.seq(), None);
             self.release_ordered();
         }
         Some(Skipped {
@@ -185,23 +228,26 @@ impl MessageReceiver {
     /// Drops a message that was seen (partial, or complete and waiting in order).
     fn drop_message(&mut self, id: MessageId, late_by: Duration) -> Option<Skipped> {
         let (bytes, total) = match self.partial.remove(&id) {
-            Some(m) => (m.received.total(), m.total),
-            None => match self.ordered_done.get(&id.seq()) {
-                Some(Some(msg)) => (msg.data.len() as u64, msg.data.len() as u64),
-                _ => (0, 0),
+            Some(m) => {
+                self.partial_ranges -= m.received.len();
+                (m.received.total(), m.total)
+            }
+            None if id.is_ordered() => match self.ordered_done.remove(&id.seq()) {
+                Some(msg) => (msg.data.len() as u64, msg.data.len() as u64),
+                None => return None,
             },
+            None => return None,
         };
         self.held -= bytes;
         self.mark_finished(id);
         if id.is_ordered() {
-            self.ordered_done.insert(id.seq(), None);
             self.release_ordered();
         }
         Some(Skipped {
             id,
             late_by,
             counted: 0,
-            release: total,
+            release: credit_cost(total),
         })
     }
 
@@ -224,7 +270,7 @@ impl MessageReceiver {
             .ordered_done
             .iter()
             .filter_map(|(seq, m)| {
-                let d = m.as_ref()?.deadline?;
+                let d = m.deadline?;
                 (d <= now).then_some((*seq, d))
             })
             .collect();
@@ -237,10 +283,7 @@ impl MessageReceiver {
     /// The earliest receiver-side deadline (of incomplete messages, and of complete ordered
     /// ones waiting for earlier ones).
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        let waiting = self
-            .ordered_done
-            .values()
-            .filter_map(|m| m.as_ref().and_then(|m| m.deadline));
+        let waiting = self.ordered_done.values().filter_map(|m| m.deadline);
         self.partial
             .values()
             .filter_map(|m| m.deadline)
@@ -289,10 +332,10 @@ mod tests {
             .unwrap();
         r.on_fragment(o1, 2, 0, b"ok", None, None, 3, 100).unwrap();
         assert!(r.ready.is_empty());
-        let s = r.on_skip(o0, 10).unwrap();
+        let s = r.on_skip(o0, credit_cost(10)).unwrap();
         assert_eq!(
             (s.counted, s.release),
-            (0, 10),
+            (0, credit_cost(10)),
             "seen: counted at its first fragment"
         );
         assert_eq!(r.ready.len(), 1);
@@ -329,7 +372,10 @@ mod tests {
         let mut r = MessageReceiver::default();
         let (o0, o1) = (MessageId::new(true, 0), MessageId::new(true, 1));
         let d = t + Duration::from_millis(20);
-        assert_eq!(r.on_fragment(o1, 2, 0, b"ok", Some(d), None, 3, 100), Ok(2));
+        assert_eq!(
+            r.on_fragment(o1, 2, 0, b"ok", Some(d), None, 3, 100),
+            Ok(credit_cost(2))
+        );
         assert!(r.ready.is_empty(), "waits for o0");
         assert_eq!(r.next_deadline(), Some(d));
         let skipped = r.expire(d);
@@ -338,7 +384,7 @@ mod tests {
                 .iter()
                 .map(|s| (s.id, s.release))
                 .collect::<Vec<_>>(),
-            vec![(o1, 2)]
+            vec![(o1, credit_cost(2))]
         );
         // o0 (no deadline) still arrives and is delivered; o1 never is.
         r.on_fragment(o0, 1, 0, b"x", None, None, 3, 100).unwrap();
@@ -355,6 +401,130 @@ mod tests {
             r.on_skip(MessageId::new(false, 4), 700).is_none(),
             "only once"
         );
+    }
+
+    #[test]
+    fn empty_messages_still_cost_credit() {
+        // Without the overhead, empty ordered messages waiting for a missing first one
+        // would each hold an entry for no credit at all.
+        let mut r = MessageReceiver::default();
+        for seq in 1..100 {
+            let got = r.on_fragment(MessageId::new(true, seq), 0, 0, b"", None, None, 3, 100);
+            assert_eq!(got, Ok(crate::message::MESSAGE_CREDIT_OVERHEAD));
+        }
+        assert_eq!(r.buffered().count, 99);
+    }
+
+    #[test]
+    fn skips_for_unseen_messages_hold_no_entries() {
+        // A flood of skips for messages never seen, above a missing first one: what they
+        // cost is ranges of finished IDs (bounded by the connection), not map entries.
+        let mut r = MessageReceiver::default();
+        for seq in 1..1000 {
+            r.on_skip(MessageId::new(true, seq), 0);
+        }
+        assert_eq!(r.buffered().count, 0);
+        assert_eq!(r.ranges(), 1, "contiguous skips are one range");
+        for seq in (2000..4000).step_by(2) {
+            r.on_skip(MessageId::new(false, seq), 0);
+        }
+        assert_eq!(r.ranges(), 1001, "sparse ones are one range each");
+        // The first ordered one arrives: everything below is released, one range left.
+        r.on_fragment(MessageId::new(true, 0), 1, 0, b"x", None, None, 3, 100)
+            .unwrap();
+        assert_eq!(r.ranges(), 1000);
+        assert_eq!(r.ready.len(), 1);
+    }
+
+    #[test]
+    fn tiny_fragments_are_coalesced_and_gaps_counted() {
+        let mut r = MessageReceiver::default();
+        let id = MessageId::new(false, 0);
+        // One byte at a time, in order: one range, few chunks.
+        for i in 0..1000u64 {
+            r.on_fragment(id, 4000, i, b"a", None, None, 3, 10_000)
+                .unwrap();
+        }
+        assert_eq!(r.ranges(), 1, "one range");
+        let chunks = r.partial.get(&id).map_or(0, |m| m.chunks.len());
+        assert!(
+            chunks <= 1000 / crate::flow::recv::COALESCE_BELOW + 1,
+            "{chunks}"
+        );
+        // Every other byte: a range each, which the connection counts and bounds.
+        for i in (2000..3000u64).step_by(2) {
+            r.on_fragment(id, 4000, i, b"b", None, None, 3, 10_000)
+                .unwrap();
+        }
+        assert_eq!(r.ranges(), 1 + 500);
+        assert_eq!(r.held, 1500);
+        // Complete and taken: nothing left.
+        r.on_fragment(id, 4000, 0, &[b'c'; 4000], None, None, 3, 10_000)
+            .unwrap();
+        assert_eq!(r.ranges(), 1, "only the finished ID's");
+        let m = r.ready.pop_front().unwrap();
+        assert_eq!(&m.data[..1000], &[b'a'; 1000][..]);
+        assert_eq!(m.data[2000], b'b');
+        assert_eq!(m.data[2001], b'c');
+        assert_eq!(r.buffered(), Buffered::default());
+    }
+
+    proptest::proptest! {
+        /// Fragments of a few messages in any order, duplicated and overlapping: every
+        /// message arrives intact, ordered ones in order, and the counters of what is held
+        /// (bytes, ranges) match the state and come back to nothing.
+        #[test]
+        fn any_fragment_order_reassembles_and_accounts(
+            sizes in proptest::collection::vec(0usize..3000, 1..6),
+            cuts in proptest::collection::vec((0usize..6, 0usize..3000, 1usize..700), 1..80),
+        ) {
+            let msgs: Vec<(MessageId, Vec<u8>)> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let id = MessageId::new(i % 2 == 0, (i / 2) as u64);
+                    (id, (0..n).map(|b| (b * 7 + i) as u8).collect())
+                })
+                .collect();
+            let mut r = MessageReceiver::default();
+            let mut pieces: Vec<(usize, usize, usize)> = cuts
+                .iter()
+                .map(|&(m, s, l)| {
+                    let m = m % msgs.len();
+                    let n = msgs[m].1.len();
+                    let s = if n == 0 { 0 } else { s % n };
+                    (m, s, (s + l).min(n))
+                })
+                .collect();
+            // Everything is covered at least once, at the end.
+            pieces.extend((0..msgs.len()).map(|m| (m, 0, msgs[m].1.len())));
+            let mut credit = 0;
+            for (m, s, e) in pieces {
+                let (id, data) = &msgs[m];
+                credit += r
+                    .on_fragment(*id, data.len() as u64, s as u64, &data[s..e], None, None, 3, 1 << 20)
+                    .unwrap();
+                let partial: usize = r.partial.values().map(|p| p.received.len()).sum();
+                proptest::prop_assert_eq!(r.partial_ranges, partial);
+                let held: u64 = r.partial.values().map(|p| p.received.total()).sum::<u64>()
+                    + r.ordered_done.values().map(|m| m.data.len() as u64).sum::<u64>();
+                proptest::prop_assert_eq!(r.held, held);
+            }
+            let total: u64 = msgs.iter().map(|(_, d)| credit_cost(d.len() as u64)).sum();
+            proptest::prop_assert_eq!(credit, total, "each message counted once, whole");
+            proptest::prop_assert_eq!(r.ready.len(), msgs.len());
+            let mut last_ordered = None;
+            for m in &r.ready {
+                let data = &msgs.iter().find(|(id, _)| *id == m.id).unwrap().1;
+                proptest::prop_assert_eq!(&m.data[..], &data[..]);
+                if m.id.is_ordered() {
+                    proptest::prop_assert!(last_ordered < Some(m.id.seq()));
+                    last_ordered = Some(m.id.seq());
+                }
+            }
+            proptest::prop_assert_eq!(r.held, 0);
+            proptest::prop_assert_eq!(r.partial_ranges, 0);
+        }
     }
 
     #[test]

@@ -231,7 +231,7 @@ impl MessageSender {
         if list.is_empty() {
             return None;
         }
-        let can_go = |m: &OutMessage| m.reserved || m.total() <= credit;
+        let can_go = |m: &OutMessage| m.reserved || super::credit_cost(m.total()) <= credit;
         let earliest = list
             .iter()
             .enumerate()
@@ -255,7 +255,7 @@ impl MessageSender {
         let mut new_bytes = 0;
         if !m.reserved {
             m.reserved = true;
-            new_bytes = m.total();
+            new_bytes = super::credit_cost(m.total());
         }
         let (offset, len, resend, copy) = if copies {
             let r = m.copies.pop_front(max)?;
@@ -352,7 +352,11 @@ impl MessageSender {
             self.copy_ready[p].retain(|x| x != id);
             self.queued[p].retain(|x| x != id);
             // Even a message never sent needs a skip: the receiver expects its number (ordered).
-            let credit = if m.reserved { m.total() } else { 0 };
+            let credit = if m.reserved {
+                super::credit_cost(m.total())
+            } else {
+                0
+            };
             self.skips.push_back((*id, credit));
         }
         expired
