@@ -406,6 +406,39 @@ fn reading_a_reset_flow_reports_the_code() {
     let id = conn.accept_flow(Dir::Uni).unwrap();
     let mut buf = [0u8; 16];
     assert_eq!(conn.read(id, &mut buf), Err(ReadError::Reset(7)));
+    assert_eq!(
+        conn.read(id, &mut buf),
+        Err(ReadError::ClosedFlow),
+        "told once, then freed"
+    );
+}
+
+#[test]
+fn flows_the_peer_reset_give_their_place_back_once_read() {
+    // A peer that resets every flow it opens must not use up the flow limit for good.
+    let mut server = config(2, true);
+    server.connection.flows.max_concurrent_uni = 4;
+    let mut pair = Pair::new(config(1, false), server);
+    let (c, s) = connect(&mut pair, true);
+    for round in 0..10 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        let flow = conn
+            .open_flow(Dir::Uni)
+            .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        conn.write(flow, b"x").unwrap();
+        pair.exchange();
+        pair.client
+            .connection_mut(c)
+            .unwrap()
+            .reset_flow(flow, 1)
+            .unwrap();
+        pair.exchange();
+        let conn = pair.server.connection_mut(s).unwrap();
+        let id = conn.accept_flow(Dir::Uni).expect("announced");
+        let mut buf = [0u8; 4];
+        assert_eq!(conn.read(id, &mut buf), Err(ReadError::Reset(1)));
+        pair.exchange();
+    }
 }
 
 #[test]

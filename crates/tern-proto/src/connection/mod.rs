@@ -539,10 +539,14 @@ impl Connection {
     }
 
     fn recv_half(&mut self, id: FlowId) -> Result<&mut crate::flow::RecvFlow, ReadError> {
-        let recv = self.flows.recv_mut(id).ok_or(ReadError::ClosedFlow)?;
-        if let Some(code) = recv.reset {
+        let reset = self.flows.recv_mut(id).ok_or(ReadError::ClosedFlow)?.reset;
+        if let Some(code) = reset {
+            // The application has been told: the flow's state and its place among the
+            // peer's concurrent flows are freed (else resets would use up the flow limit).
+            self.flows.reap(id);
             return Err(ReadError::Reset(code));
         }
+        let recv = self.flows.recv_mut(id).ok_or(ReadError::ClosedFlow)?;
         if recv.stop.is_some() {
             // We stopped it: its data was discarded and nothing more will be kept.
             return Err(ReadError::ClosedFlow);
