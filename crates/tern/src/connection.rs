@@ -2,6 +2,7 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -164,13 +165,16 @@ impl Connection {
     }
 
     /// The stream of this connection's events (F8), from now on. Each call makes a new,
-    /// independent subscription.
+    /// independent subscription. It holds at most [`EVENT_QUEUE`] events: a reader that falls
+    /// further behind loses the newest ones, counted by [`EventStream::lagged`], so that a
+    /// subscriber that never reads cannot make the runtime buffer without bound.
     pub fn events(&self) -> EventStream {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let lagged = Arc::new(AtomicU64::new(0));
         if let Some(s) = self.shared.lock().state(self.id) {
-            s.events.push(tx);
+            s.events.push((tx, lagged.clone()));
         }
-        EventStream { rx }
+        EventStream { rx, lagged }
     }
 
     pub(crate) fn wake_driver(&self) {
@@ -527,10 +531,24 @@ pub enum RequestError {
 
 /// A connection's events, as a stream (`next().await`).
 pub struct EventStream {
-    rx: mpsc::UnboundedReceiver<Event>,
+    rx: mpsc::Receiver<Event>,
+    lagged: Arc<AtomicU64>,
 }
 
+/// Events an [`EventStream`] holds for a reader that is behind.
+pub const EVENT_QUEUE: usize = 1024;
+
 impl EventStream {
+    /// Events lost so far because more than [`EVENT_QUEUE`] were waiting to be read.
+    pub fn lagged(&self) -> u64 {
+        self.lagged.load(Ordering::Relaxed)
+    }
+
+    /// Events waiting to be read (at most [`EVENT_QUEUE`]).
+    pub fn pending(&self) -> usize {
+        self.rx.len()
+    }
+
     /// The next event, or `None` once the connection is gone.
     pub async fn next(&mut self) -> Option<Event> {
         self.rx.recv().await

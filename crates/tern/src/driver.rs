@@ -48,7 +48,9 @@ pub(crate) struct ConnState {
     pub(crate) finished: HashSet<FlowId>,
     pub(crate) stopped: HashMap<FlowId, u64>,
     pub(crate) waiters: Vec<Waker>,
-    pub(crate) events: Vec<mpsc::UnboundedSender<Event>>,
+    /// Subscriptions of `Connection::events`: bounded, each with its count of events lost
+    /// because its reader fell behind.
+    pub(crate) events: Vec<(mpsc::Sender<Event>, Arc<AtomicU64>)>,
     /// How many messages at the head of the core's ready queue are for `recv_message`
     /// (sorted by `sort_messages`). They stay in the core until the application takes them:
     /// their credit goes back to the peer only then, so a peer can make us hold no more than
@@ -665,7 +667,15 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
             }
             _ => {}
         }
-        s.events.retain(|tx| tx.send(event.clone()).is_ok());
+        s.events
+            .retain(|(tx, lagged)| match tx.try_send(event.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    lagged.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
         out.push((id, event.clone()));
         if matches!(event, Event::Drained) {
             if inner.conns.get(handle).is_some_and(|s| s.handles == 0) {

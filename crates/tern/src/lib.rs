@@ -61,7 +61,7 @@ mod qlog;
 mod runtime;
 pub mod socket;
 
-pub use connection::{Connection, EventStream, RequestError};
+pub use connection::{Connection, EventStream, RequestError, EVENT_QUEUE};
 pub use driver::{ConnectionId, IoStats, Upcall};
 pub use endpoint::{entropy, ConnectError, Endpoint, EndpointBuilder};
 pub use flow::{ReadError, ReadExactError, ReadToEndError, RecvFlow, SendFlow, WriteError};

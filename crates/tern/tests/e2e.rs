@@ -908,3 +908,54 @@ async fn the_target_rate_and_its_events_reach_the_application() {
     conn.close(0, b"done");
     conn.closed().await;
 }
+
+#[tokio::test]
+async fn an_event_subscriber_that_never_reads_holds_a_bounded_queue() {
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let srv = tokio::spawn({
+        let server = server.clone();
+        async move {
+            let conn = server.accept().await.unwrap();
+            for i in 0..3 * tern::EVENT_QUEUE {
+                while conn
+                    .send_datagram(bytes::Bytes::from(vec![i as u8; 1100]))
+                    .is_err()
+                {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                if i % 64 == 0 {
+                    tokio::task::yield_now().await;
+                }
+            }
+            conn
+        }
+    });
+    let conn = client()
+        .connect(addr, Some(server.public_key()))
+        .await
+        .unwrap();
+    let mut events = conn.events();
+    let _server_conn = srv.await.unwrap();
+    // Wait (bounded) until far more events happened than the queue holds.
+    for _ in 0..500 {
+        if conn.stats().datagrams_received as usize > 2 * tern::EVENT_QUEUE {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(conn.stats().datagrams_received as usize > 2 * tern::EVENT_QUEUE);
+    assert_eq!(
+        events.pending(),
+        tern::EVENT_QUEUE,
+        "the queue is full, not more"
+    );
+    assert!(
+        events.lagged() > 0,
+        "the events beyond the queue were counted"
+    );
+    assert!(
+        events.next().await.is_some(),
+        "what it holds is still readable"
+    );
+}
