@@ -84,6 +84,8 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("attack_sent", "junk sent", 1.0, 0),
             ("attack_pps", "junk/s", 1.0, 0),
             ("server_cpu_pct", "server CPU %", 1.0, 0),
+            ("server_socket_drops", "socket drops", 1.0, 0),
+            ("server_accepted", "accepted", 1.0, 0),
             ("cpu_us_per_junk", "CPU µs/junk", 1.0, 2),
             ("ep_malformed", "malformed", 1.0, 0),
             ("ep_unroutable", "unroutable", 1.0, 0),
@@ -97,6 +99,7 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("ep_rate_limited", "rate limited", 1.0, 0),
             ("ep_refused", "refused", 1.0, 0),
             ("client_auth_failures", "client auth fail", 1.0, 0),
+            ("client_ep_resets_sent", "client resets sent", 1.0, 0),
         ],
         "bulk" => vec![
             ("goodput_mbps", "goodput Gbit/s", 1e-3, 2),

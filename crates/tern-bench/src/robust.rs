@@ -217,7 +217,8 @@ struct Progress {
 /// flights trusted from the start: its key is new). Prints `{"ready", "addr", "key"}`; one
 /// `{"done": …}` line per flow it read to its end (bytes, whether every byte matched
 /// [`pattern_fill`], the hash, first byte to last byte, the longest gap); and one
-/// `{"stats": …}` line (endpoint counters, the connections' counters summed, bytes so far)
+/// `{"stats": …}` line (endpoint counters, the transfer connection's counters, connections
+/// accepted, the socket's kernel drops, bytes so far)
 /// per line read on stdin. Exits when stdin closes.
 pub fn server_agent(seed: u64) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -233,11 +234,18 @@ pub fn server_agent(seed: u64) -> anyhow::Result<()> {
         cfg.first_flight.trust_start = true;
         let ep = tern::Endpoint::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), cfg)?;
         let key = tern::keys::encode_public(&ep.public_key());
+        let port = ep.local_addr()?.port();
         print_line(&json!({"ready": true, "addr": ep.local_addr()?, "key": key}));
         let conns: Arc<Mutex<Vec<tern::Connection>>> = Arc::default();
         let progress: Arc<Progress> = Arc::default();
+        let accepted = Arc::new(AtomicU64::new(0));
         {
-            let (ep, conns, progress) = (ep.clone(), conns.clone(), progress.clone());
+            let (ep, conns, progress, accepted) = (
+                ep.clone(),
+                conns.clone(),
+                progress.clone(),
+                accepted.clone(),
+            );
             std::thread::spawn(move || {
                 for line in std::io::stdin().lock().lines() {
                     if line.is_err() {
@@ -254,6 +262,8 @@ pub fn server_agent(seed: u64) -> anyhow::Result<()> {
                     print_line(&json!({"stats": {
                         "endpoint": endpoint_stats_json(&ep.stats()),
                         "connections": sum,
+                        "accepted": accepted.load(Ordering::Relaxed),
+                        "socket_drops": sysinfo::udp_socket_drops_of("self", port),
                         "received": progress.received.load(Ordering::Relaxed),
                         "intact": !progress.corrupt.load(Ordering::Relaxed),
                     }}));
@@ -262,7 +272,13 @@ pub fn server_agent(seed: u64) -> anyhow::Result<()> {
             });
         }
         while let Some(conn) = ep.accept().await {
-            conns.lock().expect("conns").push(conn.clone());
+            // The first connection is the transfer's (the attack starts once it is up); the
+            // others are counted, their handles held only while they accept flows, as a
+            // server application would.
+            let n = accepted.fetch_add(1, Ordering::Relaxed);
+            if n == 0 {
+                conns.lock().expect("conns").push(conn.clone());
+            }
             let progress = progress.clone();
             tokio::spawn(async move {
                 while let Ok(mut flow) = conn.accept_uni().await {
@@ -660,6 +676,7 @@ struct ClientOut {
     elapsed_s: f64,
     error: Option<String>,
     stats: Value,
+    endpoint: Value,
 }
 
 async fn client_transfer(
@@ -667,6 +684,7 @@ async fn client_transfer(
     key: &str,
     size: u64,
     seed: u64,
+    timeout: Duration,
     connected: std::sync::mpsc::Sender<SocketAddr>,
     go: tokio::sync::oneshot::Receiver<()>,
 ) -> ClientOut {
@@ -683,7 +701,7 @@ async fn client_transfer(
         let rate = RATE_BPS / 8.0;
         let start = Instant::now();
         let mut buf = vec![0u8; 1 << 16];
-        let res: anyhow::Result<()> = async {
+        let work = async {
             while out.written < size {
                 let allowed = start.elapsed().as_secs_f64() * rate;
                 let ahead = out.written as f64 - allowed;
@@ -698,11 +716,18 @@ async fn client_transfer(
             }
             flow.finish()?;
             flow.finished().await?;
-            Ok(())
-        }
-        .await;
+            Ok::<_, anyhow::Error>(())
+        };
+        let res = match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow::anyhow!(
+                "transfer timed out after {timeout:?} ({} bytes written)",
+                out.written
+            )),
+        };
         out.elapsed_s = start.elapsed().as_secs_f64();
         out.stats = conn_stats_json(&conn.stats());
+        out.endpoint = endpoint_stats_json(&ep.stats());
         conn.close(0, b"done");
         res
     }
@@ -718,19 +743,31 @@ fn delta(after: &Value, before: &Value) -> Value {
                 .map(|(k, v)| (k.clone(), delta(v, b.get(k).unwrap_or(&Value::Null))))
                 .collect(),
         ),
-        (Value::Number(a), Value::Number(b)) => json!(a.as_u64().unwrap_or(0).saturating_sub(b.as_u64().unwrap_or(0))),
+        (Value::Number(a), Value::Number(b)) => json!(a
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(b.as_u64().unwrap_or(0))),
         (a, _) => a.clone(),
     }
 }
 
+/// Junk datagrams per second: [`ATTACK_PPS`] unless `TERN_BENCH_ROBUST_PPS` says otherwise.
+fn attack_pps() -> u32 {
+    std::env::var("TERN_BENCH_ROBUST_PPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ATTACK_PPS)
+}
+
 /// Runs one attack case; its results go in `Case::extra`.
 fn run_case(kind: &str, size: u64, seed: u64, logs: &Path) -> anyhow::Result<Value> {
+    let pps = attack_pps();
     let mut server = Server::start(seed, &logs.join(format!("server-{kind}.log")))?;
     let relay = Relay::start(server.addr)?;
     let key = tern::PublicKey::parse(server.key.trim()).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let ideal = size as f64 * 8.0 / RATE_BPS;
     let initials = if kind == "initial-flood" {
-        let n = ((ideal * f64::from(ATTACK_PPS)) as usize).min(MAX_INITIALS);
+        let n = ((ideal * f64::from(pps)) as usize).min(MAX_INITIALS);
         make_initials(n, server.addr, key)
     } else {
         Vec::new()
@@ -743,7 +780,9 @@ fn run_case(kind: &str, size: u64, seed: u64, logs: &Path) -> anyhow::Result<Val
     let (gtx, grx) = tokio::sync::oneshot::channel();
     let front = relay.front.local_addr()?;
     let skey = server.key.clone();
-    let client = rt.spawn(async move { client_transfer(front, &skey, size, seed, ctx, grx).await });
+    let timeout = Duration::from_secs_f64(3.0 * ideal + 15.0);
+    let client =
+        rt.spawn(async move { client_transfer(front, &skey, size, seed, timeout, ctx, grx).await });
     let client_addr = crx
         .recv_timeout(Duration::from_secs(10))
         .context("the client did not connect through the relay")?;
@@ -767,11 +806,12 @@ fn run_case(kind: &str, size: u64, seed: u64, logs: &Path) -> anyhow::Result<Val
         let h = (kind != "baseline").then(|| {
             let stop = &stop;
             let (t, c2s, s2c, initials) = (&targets, &relay.c2s, &relay.s2c, &initials);
-            s.spawn(move || attack(kind, ATTACK_PPS, seed ^ 0xa77a, t, (c2s, s2c), initials, stop))
+            s.spawn(move || attack(kind, pps, seed ^ 0xa77a, t, (c2s, s2c), initials, stop))
         });
         let _ = gtx.send(());
-        let timeout = Duration::from_secs_f64(3.0 * ideal + 15.0);
-        let out = rt.block_on(async { tokio::time::timeout(timeout, client).await });
+        let out = rt.block_on(async {
+            tokio::time::timeout(timeout + Duration::from_secs(10), client).await
+        });
         if done.is_none() {
             done = server.wait_done(Duration::from_secs(3));
         }
@@ -824,6 +864,7 @@ fn run_case(kind: &str, size: u64, seed: u64, logs: &Path) -> anyhow::Result<Val
         "client_error": client.error,
         "server_error": done.as_ref().map(|d| d["error"].clone()),
         "client_stats": client.stats,
+        "client_endpoint": client.endpoint,
         "wall_s": wall,
         "server_cpu_s": cpu,
         "attack_sent": attack.sent,
@@ -860,7 +901,7 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
         machine: sysinfo::machine(),
         versions: sysinfo::versions(),
         settings: json!({
-            "size": size, "rate_mbps": RATE_BPS / 1e6, "attack_pps": ATTACK_PPS,
+            "size": size, "rate_mbps": RATE_BPS / 1e6, "attack_pps": attack_pps(),
             "attack_sources": format!("127.0.0.2-254, {SOCKETS_PER_IP} sockets each"),
             "seed": opts.seed, "server": "tern default EndpointConfig, trust_start",
         }),
@@ -870,7 +911,16 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
     };
     let logs = out.join("logs").join(file.file_stem());
     std::fs::create_dir_all(&logs)?;
+    // `TERN_BENCH_ROBUST_ATTACKS=baseline,initial-flood`: a subset (baseline is needed for
+    // the ratios).
+    let only = std::env::var("TERN_BENCH_ROBUST_ATTACKS").ok();
     for kind in ATTACKS {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|a| a == kind))
+        {
+            continue;
+        }
         eprintln!("robustness: {kind} …");
         let t = Instant::now();
         let mut case = Case {
@@ -929,8 +979,14 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
             m.insert(k.to_string(), metric(&x[k]));
         }
         let wall = metric(&x["wall_s"]);
-        m.insert("goodput_kept".into(), metric(&x["goodput_mbps"]) / base_goodput);
-        m.insert("server_cpu_pct".into(), 100.0 * metric(&x["server_cpu_s"]) / wall);
+        m.insert(
+            "goodput_kept".into(),
+            metric(&x["goodput_mbps"]) / base_goodput,
+        );
+        m.insert(
+            "server_cpu_pct".into(),
+            100.0 * metric(&x["server_cpu_s"]) / wall,
+        );
         m.insert("attack_pps".into(), metric(&x["attack_sent"]) / wall);
         let sent = metric(&x["attack_sent"]);
         if sent > 0.0 {
@@ -942,9 +998,19 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                 m.insert(format!("ep_{k}"), metric(v));
             }
         }
+        for k in ["accepted", "socket_drops"] {
+            if let Some(v) = x["server"].get(k) {
+                m.insert(format!("server_{k}"), metric(v));
+            }
+        }
         if let Some(Value::Object(e)) = x["server"].get("connections") {
             for (k, v) in e {
                 m.insert(format!("server_{k}"), metric(v));
+            }
+        }
+        if let Value::Object(e) = &x["client_endpoint"] {
+            for (k, v) in e {
+                m.insert(format!("client_ep_{k}"), metric(v));
             }
         }
         if let Value::Object(e) = &x["client_stats"] {
