@@ -893,7 +893,12 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
         schema: SCHEMA,
         scenario: "robustness".into(),
         profile: "loopback".into(),
-        variant: String::new(),
+        // Another attack rate must not overwrite the standard run's file.
+        variant: if attack_pps() == ATTACK_PPS {
+            String::new()
+        } else {
+            format!("pps{}", attack_pps())
+        },
         date: sysinfo::now_rfc3339(),
         duration_s: 0.0,
         command: std::env::args().collect(),
