@@ -81,6 +81,7 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("intact", "intact", 1.0, 0),
             ("completed", "done", 1.0, 0),
             ("max_gap_ms", "max gap ms", 1.0, 0),
+            ("slow_s", "s < 90 %", 1.0, 1),
             ("attack_sent", "junk sent", 1.0, 0),
             ("attack_pps", "junk/s", 1.0, 0),
             ("server_cpu_pct", "server CPU %", 1.0, 0),

@@ -75,6 +75,26 @@ const SOCKETS_PER_IP: usize = 2;
 /// Distinct IK first flights made for `initial-flood` (then sent again in turn).
 const MAX_INITIALS: usize = 6_000;
 
+/// The server's timeline of bytes read: one bin per this many ms from the first byte.
+const BIN_MS: u64 = 100;
+
+/// Bins (whole ones: the last is left out) in which the server read less than this share of
+/// the paced rate.
+const SLOW_SHARE: f64 = 0.9;
+
+/// Seconds of `bins` (bytes per `bin_ms`, the last bin partial and not counted) below
+/// [`SLOW_SHARE`] of `rate_bps`.
+pub fn slow_seconds(bins: &[u64], bin_ms: u64, rate_bps: f64) -> f64 {
+    let full = rate_bps / 8.0 * bin_ms as f64 / 1e3;
+    let whole = &bins[..bins.len().saturating_sub(1)];
+    whole
+        .iter()
+        .filter(|&&b| (b as f64) < SLOW_SHARE * full)
+        .count() as f64
+        * bin_ms as f64
+        / 1e3
+}
+
 /// Recorded datagrams kept per direction (the latest ones, plus the first 16: the
 /// handshake).
 const RECORD_CAP: usize = 4_096;
@@ -288,6 +308,7 @@ pub fn server_agent(seed: u64) -> anyhow::Result<()> {
                         let mut expect = Vec::new();
                         let (mut first, mut last) = (None::<Instant>, Instant::now());
                         let mut max_gap = Duration::ZERO;
+                        let mut bins: Vec<u64> = Vec::new();
                         let error = loop {
                             match flow.read_chunk(1 << 16).await {
                                 Ok(Some(b)) => {
@@ -298,6 +319,13 @@ pub fn server_agent(seed: u64) -> anyhow::Result<()> {
                                         first = Some(now);
                                     }
                                     last = now;
+                                    let bin = first.map_or(0, |f| {
+                                        ((now - f).as_millis() / u128::from(BIN_MS)) as usize
+                                    });
+                                    if bins.len() <= bin {
+                                        bins.resize(bin + 1, 0u64);
+                                    }
+                                    bins[bin] += b.len() as u64;
                                     expect.resize(b.len(), 0);
                                     pattern_fill(seed, off, &mut expect);
                                     if expect[..] != b[..] {
@@ -316,6 +344,7 @@ pub fn server_agent(seed: u64) -> anyhow::Result<()> {
                         print_line(&json!({"done": {
                             "bytes": off, "intact": intact, "hash": format!("{:016x}", hash.0),
                             "span_s": span, "max_gap_ms": max_gap.as_secs_f64() * 1e3,
+                            "bin_ms": BIN_MS, "bins": bins,
                             "error": error,
                         }}));
                     });
@@ -860,6 +889,8 @@ fn run_case(kind: &str, size: u64, seed: u64, logs: &Path) -> anyhow::Result<Val
         "span_s": span,
         "goodput_mbps": span.filter(|s| *s > 0.0).map(|s| received as f64 * 8.0 / s / 1e6),
         "max_gap_ms": done.as_ref().and_then(|d| d["max_gap_ms"].as_f64()),
+        "bin_ms": BIN_MS,
+        "bins": done.as_ref().map(|d| d["bins"].clone()),
         "client_elapsed_s": client.elapsed_s,
         "client_error": client.error,
         "server_error": done.as_ref().map(|d| d["error"].clone()),
@@ -984,6 +1015,12 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
             m.insert(k.to_string(), metric(&x[k]));
         }
         let wall = metric(&x["wall_s"]);
+        if let Some(bins) = x["bins"].as_array() {
+            let bins: Vec<u64> = bins.iter().filter_map(Value::as_u64).collect();
+            let bin_ms = x["bin_ms"].as_u64().unwrap_or(BIN_MS);
+            let rate = run.settings["rate_mbps"].as_f64().unwrap_or(RATE_BPS / 1e6) * 1e6;
+            m.insert("slow_s".into(), slow_seconds(&bins, bin_ms, rate));
+        }
         m.insert(
             "goodput_kept".into(),
             metric(&x["goodput_mbps"]) / base_goodput,
@@ -1039,6 +1076,14 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slow_seconds_count_whole_bins_below_ninety_percent() {
+        // 100 Mbit/s: 1.25 MB per 100 ms bin; 90 % is 1.125 MB.
+        let bins = [1_250_000, 1_125_000, 1_124_999, 0, 1_300_000, 10];
+        assert!((slow_seconds(&bins, 100, 100e6) - 0.2).abs() < 1e-9);
+        assert_eq!(slow_seconds(&[], 100, 100e6), 0.0);
+    }
 
     #[test]
     fn pattern_is_the_same_in_any_chunking() {
