@@ -21,6 +21,7 @@ pub mod profile;
 pub mod proto;
 pub mod report;
 pub mod results;
+pub mod robust;
 pub mod runner;
 pub mod scenario;
 pub mod spec;
@@ -38,6 +39,10 @@ use crate::spec::Proto;
 /// Runs a scenario and writes its results file and figures into `out`; returns the path of
 /// the JSON file.
 pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
+    if opts.scenario == "robustness" {
+        // Its own collector: real processes on loopback, a relay and an attacker.
+        return robust::run(opts, out);
+    }
     let plan = scenario::plan(opts)?;
     let started = Instant::now();
     let mut file = RunFile {

@@ -26,7 +26,7 @@ struct Cli {
 enum Cmd {
     /// Run a scenario for every protocol (in the same run, over the same emulated link).
     Run {
-        /// mar, short-flows, long-flow, bulk, startup, echo-sizes, multipath, handover.
+        /// mar, short-flows, long-flow, bulk, startup, echo-sizes, multipath, handover, robustness, … (`list`).
         scenario: String,
         /// Link profile: 5g, lte, wifi, viscous, path50, startup, multipath, handover, loopback
         /// (default: the scenario's).
@@ -108,6 +108,12 @@ enum Cmd {
     Agent {
         #[arg(long)]
         spec: String,
+    },
+    /// Internal: the tern server of `robustness` (see `tern_bench::robust`).
+    #[command(hide = true, name = "agent-robust")]
+    AgentRobust {
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Internal: burn CPU.
     #[command(hide = true, name = "agent-hog")]
@@ -217,6 +223,7 @@ fn main() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
+        Cmd::AgentRobust { seed } => tern_bench::robust::server_agent(seed)?,
         Cmd::AgentHog {
             load,
             threads,

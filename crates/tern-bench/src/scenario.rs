@@ -30,6 +30,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("initwin", "PaUDT: tern's initial window of 8, 16, 32 and 64 packets: completion of 100 kB and 1 MB flows and the sender's RTT, against TCP (IW10)"),
     ("mss", "PaUDT: tern's packet size (MSS 1300, 1500, 9000 bytes): bulk goodput, CPU per byte and the round trip of small requests"),
     ("fairness", "NC-TCP: 3 flows (30 fps video sources following their transport's rate hint, or backlogged with --load bulk) on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: frames missing a 150 ms playout, Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
+    ("robustness", "Issue 13: a paced 100 Mbit/s transfer into a tern server on loopback under 20 000 junk datagrams/s (garbage, replayed and mutated recorded packets, an IK Initial flood from 253 addresses, forged stateless resets): goodput kept against no attack, data intact, the server's counters and CPU per junk datagram"),
     ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
 
@@ -1565,6 +1566,9 @@ fn rpc_groups(case: &Case) -> Vec<(Option<u32>, Vec<&RpcSample>)> {
 
 /// Rows of the summary, from the raw cases.
 pub fn summarize(run: &RunFile) -> Vec<Row> {
+    if run.scenario == "robustness" {
+        return crate::robust::summarize(run);
+    }
     let profile = profile::profile(&run.profile).ok();
     let traced = run.settings.get("trace").is_some_and(|t| !t.is_null());
     let deadline = deadline_of(run);
