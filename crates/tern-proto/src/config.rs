@@ -262,6 +262,13 @@ pub struct EndpointConfig {
     /// `Endpoint::accept`); further Initials are refused as busy. Bounds what a flood of
     /// Initials or replayed first flights can hold.
     pub max_half_open: usize,
+    /// Hand a connection to `accept` as soon as its IK first flight is proven fresh, before
+    /// its client proves it is live (0.5-RTT: the application can answer first-flight data
+    /// in the server's first flight). Off by default: such a client may be an off-path
+    /// attacker that knows the server's public key and spoofs its source address; the
+    /// connection then closes with `HandshakeTimedOut` after `handshake_timeout` and counts
+    /// against `max_half_open` until proven. Default `accept` waits one round trip more.
+    pub early_accept: bool,
     /// Handshakes per second one source IP address may start, and how many at once (token
     /// bucket; tracked for up to 65 536 sources; `f64::INFINITY` turns it off). Beyond it an
     /// Initial without a valid token gets a Retry, one with a valid token is refused as busy.
@@ -312,6 +319,7 @@ impl EndpointConfig {
             connection: ConnectionConfig::default(),
             max_connections: 100_000,
             max_half_open: 4096,
+            early_accept: false,
             handshakes_per_source: (500.0, 1000.0),
             wall_clock: None,
             first_flight: FirstFlightConfig::default(),

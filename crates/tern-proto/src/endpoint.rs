@@ -89,7 +89,8 @@ pub struct Endpoint {
     routes: HashMap<ConnectionId, usize>,
     /// Our connections' peers' stateless-reset tokens, to recognise a reset in O(1).
     reset_tokens: HashMap<[u8; RESET_TOKEN_LEN], usize>,
-    /// Live connections, and how many of them are half-open (not yet announced).
+    /// Live connections, and how many of them are half-open (their client not yet proven
+    /// live, whether or not handed out early).
     count: usize,
     hidden: usize,
     /// First flights seen recently (replay protection, §7.6).
@@ -206,10 +207,7 @@ impl Endpoint {
         self.connections
             .iter()
             .enumerate()
-            .filter(|(_, c)| {
-                c.as_ref()
-                    .is_some_and(|c| c.announce == Announce::Announced)
-            })
+            .filter(|(_, c)| c.as_ref().is_some_and(|c| c.announce.is_visible()))
             .map(|(i, _)| ConnectionHandle(i))
     }
 
@@ -569,7 +567,10 @@ impl Endpoint {
                 let mut conn = *conn;
                 if conn.first_flight_is_ik() {
                     match self.judge_first_flight(now, &conn) {
-                        Freshness::Fresh => conn.on_client_proven(now),
+                        // Not a replay; its client may still be a spoofed source, so only
+                        // with `early_accept` does the application get it before the proof.
+                        Freshness::Fresh if self.config.early_accept => conn.announce_early(now),
+                        Freshness::Fresh => {}
                         // Seen already: no state, no answer, nothing delivered again.
                         Freshness::Replayed => {
                             self.stats.replayed_first_flights += 1;
@@ -579,11 +580,14 @@ impl Endpoint {
                     }
                 }
                 let odcid = conn.original_dcid;
+                let early = conn.announce == Announce::Early;
                 let handle = self.insert(conn);
                 self.routes.insert(local_cid, handle.0);
                 // Duplicate Initials reach the new connection until it is drained.
                 self.routes.insert(odcid, handle.0);
-                self.announce_if_ready(handle.0);
+                if early {
+                    self.accepted.push_back(handle);
+                }
             }
             Accept::Refuse(reason) => self.refuse(remote, &packet, reason),
             Accept::Drop => self.stats.malformed += 1,
@@ -608,15 +612,23 @@ impl Endpoint {
         )
     }
 
-    /// Hands a server connection to `accept` once it is proven (see [`Announce`]).
+    /// Hands a server connection to `accept` once it is proven, and stops counting it as
+    /// half-open (see [`Announce`]).
     fn announce_if_ready(&mut self, idx: usize) {
         let Some(conn) = self.connections.get_mut(idx).and_then(|c| c.as_mut()) else {
             return;
         };
-        if conn.announce == Announce::Ready {
-            conn.announce = Announce::Announced;
-            self.hidden -= 1;
-            self.accepted.push_back(ConnectionHandle(idx));
+        match conn.announce {
+            Announce::Ready => {
+                conn.announce = Announce::Announced;
+                self.hidden -= 1;
+                self.accepted.push_back(ConnectionHandle(idx));
+            }
+            Announce::ProvenEarly => {
+                conn.announce = Announce::Announced;
+                self.hidden -= 1;
+            }
+            _ => {}
         }
     }
 
@@ -772,7 +784,7 @@ impl Endpoint {
             let Some(conn) = self.connections[idx].as_mut() else {
                 continue;
             };
-            if conn.announce != Announce::Announced {
+            if !conn.announce.is_visible() {
                 // Half-open: its events wait for `accept`; if it ended, nobody is told.
                 if conn.is_drained() {
                     self.stats.half_open_expired += 1;

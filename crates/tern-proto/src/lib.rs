@@ -28,13 +28,11 @@
 //!
 //! let now = Instant::now();
 //! // The core reads no clock: the wall clock comes from the driver. With it the client
-//! // timestamps its first flight and the server proves it fresh (docs/PROTOCOL.md §7.6); a
-//! // key new to this server means no earlier instance can have seen a flight.
+//! // timestamps its first flight, so that a server drops replays of it (PROTOCOL.md §7.6).
 //! let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
 //! let server_keys = StaticKeypair::generate([1; 32]); // use OS entropy in real code
 //! let mut server_config = EndpointConfig::new(server_keys, [2; 32]).server();
 //! server_config.wall_clock = Some(wall);
-//! server_config.first_flight.trust_start = true;
 //! let mut server = Endpoint::new(server_config, now);
 //! let client_keys = StaticKeypair::generate([3; 32]);
 //! let mut client_config = EndpointConfig::new(client_keys, [4; 32]);
@@ -47,13 +45,23 @@
 //! let flow = c.open_flow(Dir::Uni).unwrap();
 //! c.write(flow, b"hello").unwrap();
 //!
-//! // Send what poll_transmit writes; feed what arrives to handle().
+//! // Send what poll_transmit writes; feed what arrives to handle(). The server hands the
+//! // connection out once the client proved it is live (its first packet after message 2).
+//! let (client_addr, server_addr) = ("127.0.0.1:5000".parse().unwrap(), server_addr);
 //! let mut buf = Vec::new();
-//! while let Some(t) = client.poll_transmit(now, &mut buf) {
-//!     let mut datagram = buf.split_off(buf.len() - t.size);
-//!     server.handle(now, "127.0.0.1:5000".parse().unwrap(), None, &mut datagram);
-//! }
-//! let accepted = server.accept().unwrap();
+//! let accepted = loop {
+//!     while let Some(t) = client.poll_transmit(now, &mut buf) {
+//!         let mut datagram = buf.split_off(buf.len() - t.size);
+//!         server.handle(now, client_addr, None, &mut datagram);
+//!     }
+//!     while let Some(t) = server.poll_transmit(now, &mut buf) {
+//!         let mut datagram = buf.split_off(buf.len() - t.size);
+//!         client.handle(now, server_addr, None, &mut datagram);
+//!     }
+//!     if let Some(handle) = server.accept() {
+//!         break handle;
+//!     }
+//! };
 //! let s = server.connection_mut(accepted).unwrap();
 //! let id = s.accept_flow(Dir::Uni).unwrap();
 //! let mut out = [0u8; 16];

@@ -159,9 +159,11 @@ fn ik_and_xx_handshakes_complete_and_carry_data() {
 #[test]
 fn ik_first_flight_carries_data_before_any_round_trip() {
     // A server that trusts its clock from the start (no earlier instance could have seen
-    // this flight) proves the first flight fresh by its timestamp.
+    // this flight) proves the first flight fresh by its timestamp, and with `early_accept`
+    // hands it out before the client proved its address (0.5-RTT).
     let mut server = clocked(2, true);
     server.first_flight.trust_start = true;
+    server.early_accept = true;
     let mut pair = Pair::new(clocked(1, false), server);
     let key = pair.server.public_key();
     let c = pair
@@ -1175,4 +1177,47 @@ fn a_packet_overtaken_by_an_update_opens_with_the_previous_key_until_it_is_disca
     let mut buf = vec![0u8; 10_000];
     let n = conn.read(id, &mut buf).unwrap().unwrap();
     assert_eq!(&buf[..n], &[3u8; 2300][..]);
+}
+
+#[test]
+fn a_fresh_first_flight_from_a_spoofed_source_is_not_accepted_by_default() {
+    // Anyone who knows the server's public key can write a fresh IK first flight, from any
+    // source address. By default `accept` waits until the client proves it is live.
+    let mut server = clocked(2, true);
+    server.first_flight.trust_start = true;
+    let mut pair = Pair::new(clocked(1, false), server);
+    pair.server_blackholed = true;
+    connect_with_early_data(&mut pair, b"from nowhere");
+    pair.exchange();
+    assert!(pair.server.accept().is_none());
+    assert_eq!(pair.server.half_open_count(), 1);
+    run_out(&mut pair);
+    while pair.server.poll_event().is_some() {}
+    assert_eq!(pair.server.half_open_count(), 0, "expired");
+    assert!(pair.server.accept().is_none());
+}
+
+#[test]
+fn an_early_accepted_connection_whose_client_never_proves_itself_closes() {
+    let mut server = clocked(2, true);
+    server.first_flight.trust_start = true;
+    server.early_accept = true;
+    let mut pair = Pair::new(clocked(1, false), server);
+    pair.server_blackholed = true;
+    connect_with_early_data(&mut pair, b"from nowhere");
+    pair.exchange();
+    let s = pair.server.accept().expect("handed out early");
+    assert_eq!(read_first_flow(&mut pair, s), b"from nowhere");
+    assert_eq!(
+        pair.server.half_open_count(),
+        1,
+        "still counted until proven"
+    );
+    run_out(&mut pair);
+    let events = Pair::events(&mut pair.server);
+    assert!(
+        events.contains(&(s, Event::Closed(ConnectionError::HandshakeTimedOut))),
+        "{events:?}"
+    );
+    assert_eq!(pair.server.half_open_count(), 0);
 }

@@ -29,6 +29,7 @@ fn config(seed: u8, server: bool, algorithm: Algorithm) -> EndpointConfig {
     // connection is announced on the first datagram, whatever happens to later ones.
     c.wall_clock = Some(Duration::from_secs(1_700_000_000));
     c.first_flight.trust_start = true;
+    c.early_accept = true;
     if server {
         c.server()
     } else {

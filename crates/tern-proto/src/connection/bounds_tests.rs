@@ -38,6 +38,7 @@ impl Pair {
         client.wall_clock = Some(wall);
         server.wall_clock = Some(wall);
         server.first_flight.trust_start = true;
+        server.early_accept = true;
         let mut client = Endpoint::new(client, now);
         let server = Endpoint::new(server, now);
         let key = server.public_key();

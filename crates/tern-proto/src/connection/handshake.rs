@@ -573,14 +573,30 @@ pub(crate) fn accept(
 }
 
 impl Connection {
-    /// Server: the client is known not to be a replay (a fresh first flight, XX message 3,
-    /// or its first protected packet): process the early data it held and let the endpoint
-    /// hand the connection to the application.
+    /// Server: the client proved it is live — neither a replay nor a spoofed source — by XX
+    /// message 3 or its first protected packet: process the early data it held and let the
+    /// endpoint hand the connection to the application (or stop counting it as half-open).
     pub(crate) fn on_client_proven(&mut self, now: Instant) {
-        if self.side != Side::Server || self.announce != Announce::Hidden {
-            return;
+        match self.announce {
+            Announce::Hidden => {
+                self.announce = Announce::Ready;
+                self.release_first_flight(now);
+            }
+            Announce::Early => self.announce = Announce::ProvenEarly,
+            _ => {}
         }
-        self.announce = Announce::Ready;
+    }
+
+    /// Server: hands the connection out before its client is proven live (a fresh IK first
+    /// flight with `early_accept`), processing its early data now.
+    pub(crate) fn announce_early(&mut self, now: Instant) {
+        if self.announce == Announce::Hidden {
+            self.announce = Announce::Early;
+            self.release_first_flight(now);
+        }
+    }
+
+    fn release_first_flight(&mut self, now: Instant) {
         if let Some(frames) = self.held_first_flight.take().filter(|f| !f.is_empty()) {
             if let Err((code, reason)) = self.process_frames(now, 0, &frames) {
                 self.fail(now, code, reason);

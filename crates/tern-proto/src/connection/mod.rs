@@ -63,16 +63,37 @@ pub(crate) enum State {
     Drained,
 }
 
-/// Whether the application has been told of a server connection (docs/PROTOCOL.md §7.6).
+/// Whether a server connection's client is proven live, and whether the application has
+/// been told of it (docs/PROTOCOL.md §7.4, §7.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Announce {
-    /// A half-open handshake: the client has not yet proven it is live (XX message 3, or the
-    /// first protected packet after an unproven IK first flight). Its events wait.
+    /// A half-open handshake: the client has not yet proven it is live (XX message 3, or its
+    /// first protected packet after IK). Its events wait.
     Hidden,
+    /// Unproven but handed to `accept` early (`EndpointConfig::early_accept`, a fresh IK
+    /// first flight): the application may answer its first-flight data at once.
+    Early,
     /// Proven: the endpoint hands it to `accept` at its next chance.
     Ready,
-    /// The application has it.
+    /// Proven after an early hand-out: the endpoint stops counting it as half-open.
+    ProvenEarly,
+    /// Proven, and the application has it.
     Announced,
+}
+
+impl Announce {
+    /// Whether the client has not proven it is live yet.
+    pub(crate) fn is_unproven(self) -> bool {
+        matches!(self, Announce::Hidden | Announce::Early)
+    }
+
+    /// Whether the application has the connection.
+    pub(crate) fn is_visible(self) -> bool {
+        matches!(
+            self,
+            Announce::Early | Announce::ProvenEarly | Announce::Announced
+        )
+    }
 }
 
 /// The application receive window of F7 (docs/PROTOCOL.md §12), both directions.
@@ -1016,7 +1037,7 @@ impl Connection {
             }
             State::Established => {
                 consider(self.flight_timer());
-                if self.announce == Announce::Hidden {
+                if self.announce.is_unproven() {
                     consider(Some(self.handshake_deadline));
                 }
             }
@@ -1119,9 +1140,9 @@ impl Connection {
                 self.handshake_timeout(now);
             }
             State::Established => {
-                if self.announce == Announce::Hidden && now >= self.handshake_deadline {
-                    // An unproven first flight whose client never showed it is live: a
-                    // replay, or a client gone. Nobody was told of it.
+                if self.announce.is_unproven() && now >= self.handshake_deadline {
+                    // A client that never showed it is live: a replay, a spoofed source, or
+                    // a client gone. Unless handed out early, nobody was told of it.
                     self.enter_drained(ConnectionError::HandshakeTimedOut);
                     return;
                 }

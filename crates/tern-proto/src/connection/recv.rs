@@ -137,7 +137,7 @@ impl Connection {
         {
             self.on_address_validated();
         }
-        if self.side == Side::Server && self.announce == super::Announce::Hidden {
+        if self.side == Side::Server && self.announce.is_unproven() {
             // Only the client that wrote the first flight has these keys: it is live, not a
             // replay. Its held early data goes first, before this packet's frames.
             self.on_client_proven(now);
