@@ -269,6 +269,11 @@ pub struct EndpointConfig {
     /// connection then closes with `HandshakeTimedOut` after `handshake_timeout` and counts
     /// against `max_half_open` until proven. Default `accept` waits one round trip more.
     pub early_accept: bool,
+    /// Stateless resets sent per second, and at once (token bucket; RFC 9000 §10.3.3). A
+    /// flood of datagrams for unknown connections, or two endpoints that both lost their
+    /// state, cost at most this many answers. 1 000/s with a burst of 1 000 tells the peers of
+    /// a restarted server with thousands of connections within seconds.
+    pub stateless_resets_per_second: (f64, f64),
     /// Handshakes per second one source IP address may start, and how many at once (token
     /// bucket; tracked for up to 65 536 sources; `f64::INFINITY` turns it off). Beyond it an
     /// Initial without a valid token gets a Retry, one with a valid token is refused as busy.
@@ -320,6 +325,7 @@ impl EndpointConfig {
             max_connections: 100_000,
             max_half_open: 4096,
             early_accept: false,
+            stateless_resets_per_second: (1000.0, 1000.0),
             handshakes_per_source: (500.0, 1000.0),
             wall_clock: None,
             first_flight: FirstFlightConfig::default(),

@@ -50,6 +50,8 @@ pub struct EndpointStats {
     pub refused: u64,
     /// Stateless resets sent.
     pub resets_sent: u64,
+    /// Stateless resets not sent because the budget (`stateless_resets_per_second`) was spent.
+    pub resets_suppressed: u64,
     /// Version negotiation packets sent.
     pub version_negotiations: u64,
     /// Initials below the 1200-byte minimum.
@@ -100,6 +102,8 @@ pub struct Endpoint {
     started_unix: Option<Duration>,
     /// Handshakes started per source address.
     handshake_rate: crate::limits::HandshakeRate,
+    /// Stateless resets this endpoint may still send.
+    reset_budget: crate::limits::TokenBucket,
     stateless: VecDeque<Stateless>,
     accepted: VecDeque<ConnectionHandle>,
     events: VecDeque<(ConnectionHandle, Event)>,
@@ -130,6 +134,8 @@ impl Endpoint {
         let wall_clock = config.wall_clock;
         let (rate, burst) = config.handshakes_per_source;
         let handshake_rate = crate::limits::HandshakeRate::new(rate, burst, 1 << 16);
+        let (rate, burst) = config.stateless_resets_per_second;
+        let reset_budget = crate::limits::TokenBucket::new(rate, burst);
         Self {
             reset_key: ResetKey::new(&config.reset_secret),
             token_key: RetryTokenKey::new(&token_secret),
@@ -146,6 +152,7 @@ impl Endpoint {
             wall_epoch: wall_clock,
             started_unix: wall_clock,
             handshake_rate,
+            reset_budget,
             stateless: VecDeque::new(),
             accepted: VecDeque::new(),
             events: VecDeque::new(),
@@ -392,7 +399,7 @@ impl Endpoint {
                     return;
                 }
                 self.stats.unroutable += 1;
-                self.send_stateless_reset(remote, &cid, data.len());
+                self.send_stateless_reset(now, remote, &cid, data.len());
             }
         }
     }
@@ -431,11 +438,22 @@ impl Endpoint {
     /// A stateless reset tells a peer whose connection we no longer have to stop at once. It
     /// is shorter than what triggered it, so two endpoints cannot loop, and never sent in
     /// answer to anything too short to be a real packet.
-    fn send_stateless_reset(&mut self, remote: SocketAddr, cid: &ConnectionId, len: usize) {
+    fn send_stateless_reset(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        cid: &ConnectionId,
+        len: usize,
+    ) {
         // Any packet of ours is longer than the shortest reset, so every one gets an answer,
         // and a reset (one byte shorter than its trigger) can never trigger another forever.
         const MIN_TRIGGER: usize = wire::STATELESS_RESET_MIN_LEN + 1;
         if len < MIN_TRIGGER || self.stateless.len() > 64 {
+            return;
+        }
+        if !self.reset_budget.take(now) {
+            // A flood, or two stateless ends bouncing resets: answer no more than the budget.
+            self.stats.resets_suppressed += 1;
             return;
         }
         let size = (len - 1).min(43);

@@ -55,6 +55,40 @@ impl HandshakeRate {
     }
 }
 
+/// One token bucket: an endpoint-wide budget (stateless resets per second).
+#[derive(Debug)]
+pub(crate) struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: Option<Instant>,
+}
+
+impl TokenBucket {
+    pub(crate) fn new(rate: f64, burst: f64) -> Self {
+        let burst = burst.max(1.0);
+        Self {
+            rate,
+            burst,
+            tokens: burst,
+            at: None,
+        }
+    }
+
+    /// Takes one token; false if there is none.
+    pub(crate) fn take(&mut self, now: Instant) -> bool {
+        let at = *self.at.get_or_insert(now);
+        self.tokens = refill(self.tokens, at, now, self.rate, self.burst);
+        self.at = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 fn refill(tokens: f64, at: Instant, now: Instant, rate: f64, burst: f64) -> f64 {
     (tokens + now.saturating_duration_since(at).as_secs_f64() * rate).min(burst)
 }
@@ -79,6 +113,15 @@ mod tests {
         assert!(r.allow(t0, b), "another source is not affected");
         let t1 = t0 + Duration::from_millis(500);
         assert_eq!((0..8).filter(|_| r.allow(t1, a)).count(), 5);
+    }
+
+    #[test]
+    fn a_bucket_refills_at_its_rate() {
+        let t0 = epoch();
+        let mut b = TokenBucket::new(100.0, 10.0);
+        assert_eq!((0..20).filter(|_| b.take(t0)).count(), 10);
+        let t1 = t0 + Duration::from_millis(50);
+        assert_eq!((0..20).filter(|_| b.take(t1)).count(), 5);
     }
 
     #[test]

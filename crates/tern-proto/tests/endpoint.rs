@@ -1221,3 +1221,24 @@ fn an_early_accepted_connection_whose_client_never_proves_itself_closes() {
     );
     assert_eq!(pair.server.half_open_count(), 0);
 }
+
+#[test]
+fn stateless_resets_are_rate_limited() {
+    let mut c = config(2, true);
+    c.stateless_resets_per_second = (10.0, 20.0);
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut server = Endpoint::new(c, now);
+    let mut sent = 0;
+    for i in 0..100u8 {
+        let mut d = vec![0x41u8; 100];
+        d[1] = i;
+        server.handle(now, CLIENT.parse().unwrap(), None, &mut d);
+        let mut out = Vec::new();
+        while server.poll_transmit(now, &mut out).is_some() {
+            sent += 1;
+        }
+    }
+    assert_eq!(sent, 20, "the burst");
+    assert_eq!(server.stats().resets_suppressed, 80);
+}
