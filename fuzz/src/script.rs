@@ -410,7 +410,17 @@ impl Net {
     }
 
     /// Until an address is validated, the server sends it at most 3x what came from it.
-    fn check_amplification(&self) {
+    /// (Validation is noted after every operation and exchange round, and before failing.)
+    fn check_amplification(&mut self) {
+        let over = |proven: &[SocketAddr], a: &HashMap<SocketAddr, (u64, u64)>| {
+            a.iter().any(|(addr, &(received, sent))| {
+                !proven.contains(addr) && sent > 3 * received + ALLOWANCE as u64
+            })
+        };
+        if !over(&self.proven, &self.amplification) {
+            return;
+        }
+        self.note_proven();
         for (addr, &(received, sent)) in &self.amplification {
             if self.proven.contains(addr) {
                 continue;
@@ -484,7 +494,6 @@ impl Net {
                 "the server accepted a datagram it had accepted before (replay) from {from}"
             );
         }
-        self.note_proven();
     }
 
     fn send_to_client(&mut self, mut d: Dgram, ecn: Option<EcnCodepoint>, remember: bool) {
@@ -548,6 +557,7 @@ impl Net {
             while let Some(d) = self.s2c.pop_front() {
                 self.send_to_client(d, ECT0, true);
             }
+            self.note_proven();
             self.service();
         }
     }
@@ -856,6 +866,7 @@ pub fn run_traced(data: &[u8]) -> Outcome {
     while let Some((&op, rest)) = input.0.split_first() {
         input.0 = rest;
         net.step(op, &mut input);
+        net.note_proven();
         net.service();
         ops += 1;
     }
