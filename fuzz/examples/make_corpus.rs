@@ -701,7 +701,7 @@ fn endpoint_handshake(corpus: &mut Corpus) {
         corpus.put(t, name, &input);
     }
     // No seed injects a datagram captured from a real run: keys are deterministic, so it
-    // would authenticate and carry bytes that are not the pattern the checks expect.
+    // would authenticate and carry bytes that are not in the harness's model of what was written.
 }
 
 fn main() {
