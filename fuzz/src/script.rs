@@ -484,7 +484,11 @@ impl Net {
         }
         let short = is_short(&d);
         let key = datagram_key(&d);
-        let before = if short { bytes_accepted(&self.server) } else { 0 };
+        let before = if short {
+            bytes_accepted(&self.server)
+        } else {
+            0
+        };
         self.server
             .ep
             .handle_on(self.now, Some(d.to.ip()), from, ecn, &mut d.data);
@@ -504,7 +508,11 @@ impl Net {
         let to = if d.to == CLIENT_REBOUND { CLIENT } else { d.to };
         let short = is_short(&d);
         let key = datagram_key(&d);
-        let before = if short { bytes_accepted(&self.client) } else { 0 };
+        let before = if short {
+            bytes_accepted(&self.client)
+        } else {
+            0
+        };
         self.client
             .ep
             .handle_on(self.now, Some(to.ip()), from, ecn, &mut d.data);
@@ -719,7 +727,11 @@ impl Net {
                 let t = self.now + Duration::from_millis(100 * u64::from(wait));
                 self.advance_to(t);
                 self.pump();
-                let from = if from & 1 == 0 { CLIENT } else { CLIENT_REBOUND };
+                let from = if from & 1 == 0 {
+                    CLIENT
+                } else {
+                    CLIENT_REBOUND
+                };
                 if let Some(d) = self.first_initial.clone() {
                     self.send_to_server(from, d, ECT0, false);
                 }
