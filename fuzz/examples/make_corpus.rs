@@ -528,6 +528,13 @@ mod op {
     pub fn withdraw() -> Vec<u8> {
         vec![WITHDRAW]
     }
+    pub fn replay(to_client: bool, index: u16) -> Vec<u8> {
+        let i = index.to_be_bytes();
+        vec![REPLAY, u8::from(to_client), i[0], i[1]]
+    }
+    pub fn replay_initial(wait_100ms: u8, rebound: bool) -> Vec<u8> {
+        vec![REPLAY_INITIAL, wait_100ms, u8::from(rebound)]
+    }
 }
 
 fn endpoint_handshake(corpus: &mut Corpus) {
@@ -640,6 +647,41 @@ fn endpoint_handshake(corpus: &mut Corpus) {
             ],
         ),
         (
+            "replay",
+            vec![
+                op::open(false, false),
+                op::write(false, 0, 6000),
+                op::pump(),
+                op::deliver(false, fate::DELIVER, 0),
+                op::deliver(false, fate::DUPLICATE, 0),
+                op::exchange(),
+                op::replay(false, 0),
+                op::replay(false, 3),
+                op::replay(true, 1),
+                op::write(true, 0, 3000),
+                op::exchange(),
+                op::replay(true, 0),
+                op::replay(false, 7),
+                op::exchange(),
+            ],
+        ),
+        (
+            "replay-initial",
+            vec![
+                op::replay_initial(0, false),
+                op::exchange(),
+                op::replay_initial(20, true),
+                op::exchange(),
+                op::open(false, true),
+                op::write(false, 0, 2000),
+                op::exchange(),
+                op::replay_initial(250, false),
+                op::exchange(),
+                op::advance(0),
+                op::exchange(),
+            ],
+        ),
+        (
             "raw-junk",
             vec![
                 op::raw(false, &[0x40; 60]),
@@ -659,7 +701,7 @@ fn endpoint_handshake(corpus: &mut Corpus) {
         corpus.put(t, name, &input);
     }
     // No seed injects a datagram captured from a real run: keys are deterministic, so it
-    // would authenticate and carry bytes that are not the pattern the checks expect.
+    // would authenticate and carry bytes that are not in the harness's model of what was written.
 }
 
 fn main() {

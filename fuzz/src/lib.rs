@@ -6,7 +6,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tern_proto::{Endpoint, EndpointConfig, StaticKeypair, Transmit};
 
@@ -27,6 +27,9 @@ pub const SERVER_B: SocketAddr =
 pub const CLIENT_B: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 3), 5000));
 
+/// The Unix time both ends' wall clocks read at [`epoch`] (first-flight timestamps, §7.6).
+pub const WALL_CLOCK: Duration = Duration::from_secs(1_790_000_000);
+
 /// The one epoch of this process; every time in a run is an offset from it, so runs do not
 /// depend on when they happen.
 #[allow(clippy::disallowed_methods)] // The harness owns the clock: read once, then offsets.
@@ -36,25 +39,31 @@ pub fn epoch() -> Instant {
 }
 
 /// The server's configuration (fixed key and seed; key generation is done once). It
-/// advertises [`SERVER_B`].
+/// advertises [`SERVER_B`], reads [`WALL_CLOCK`] and trusts first-flight timestamps from the
+/// start.
 pub fn server_config() -> EndpointConfig {
     static CONFIG: OnceLock<EndpointConfig> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
             let mut c = EndpointConfig::new(StaticKeypair::generate([2; 32]), [0x57; 32]).server();
             c.connection.advertise = vec![SERVER_B];
+            c.wall_clock = Some(WALL_CLOCK);
+            // No earlier instance of this key: fresh first flights are recorded at once.
+            c.first_flight.trust_start = true;
             c
         })
         .clone()
 }
 
-/// The client's configuration (fixed key and seed). It opens paths from [`CLIENT_B`] too.
+/// The client's configuration (fixed key and seed). It opens paths from [`CLIENT_B`] too and
+/// timestamps its first flight with [`WALL_CLOCK`].
 pub fn client_config() -> EndpointConfig {
     static CONFIG: OnceLock<EndpointConfig> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
             let mut c = EndpointConfig::new(StaticKeypair::generate([1; 32]), [0x54; 32]);
             c.connection.local_ips = vec![CLIENT_B.ip()];
+            c.wall_clock = Some(WALL_CLOCK);
             c
         })
         .clone()

@@ -23,6 +23,8 @@
 //! | 11 | [`EXCHANGE`] | none: pump and deliver both ways until the network is quiet |
 //! | 12 | [`PATH_STATE`] | `side`, `path: u8` (ID `path % 4`), `state: u8` (0 active, 1 standby, 2 abandoned) |
 //! | 13 | [`WITHDRAW`] | none: the server withdraws its second address (RemoveAddress) |
+//! | 14 | [`REPLAY`] | `dir: u8` (bit 0: server to client), `index: u16`: deliver again, unchanged, datagram `index % n` of the last `n` (at most [`MAX_HISTORY`]) delivered that way |
+//! | 15 | [`REPLAY_INITIAL`] | `wait: u8`, `from: u8`: `wait * 100` ms pass, then the client's first Initial datagram of the handshake reaches the server again, from the client's address (`from` bit 0 clear) or from the unproven [`CLIENT_REBOUND`] |
 //!
 //! Multipath: the server advertises [`SERVER_B`] and the client opens paths from
 //! [`CLIENT_B`] too, so up to four paths carry the script's traffic; each datagram is
@@ -33,22 +35,42 @@
 //! `arg % len` bytes and deliver, 5 deliver from a rebound client address (client to server
 //! only; else deliver), 6 put it at the back of the queue (reordering).
 //!
+//! The client and the server have the same wall clock (`EndpointConfig::wall_clock`) and the
+//! server trusts it from the start, so the client's first flight carries a timestamp and the
+//! server records it in its first-flight register (docs/PROTOCOL.md §7.6): a replay within
+//! two windows (20 s) is judged *seen*, a later one *unproven* (stale timestamp).
+//!
 //! After the script the network runs clean (exchanges and timers, a bounded number of
 //! steps) so that retransmissions and closes play out.
 //!
 //! # Checks
 //! - No panic.
-//! - Every byte either side reads on a flow is the byte the other side wrote at that offset
-//!   (writers send [`pattern`] bytes). Forged datagrams cannot authenticate and real ones
-//!   may be lost, repeated or reordered, so anything else is a bug.
-//! - A flow read to its end (FIN) ends exactly where its writer stopped writing.
+//! - Data integrity: the harness keeps a model of every byte each side wrote on each flow
+//!   (what `write` took; the bytes are [`pattern`] bytes mixed with the write's length, so
+//!   two writes at one offset differ). Every byte either side reads is the byte the other
+//!   side wrote at that offset, never past what it wrote. Forged datagrams cannot
+//!   authenticate and real ones may be lost, repeated or reordered, so anything else is a
+//!   bug.
+//! - A flow read to its end (FIN) ends exactly where its writer stopped writing: it
+//!   delivered exactly the written bytes.
+//! - No replay: a short-header datagram that a side accepted (its authenticated packet
+//!   counted on a path: `PathStats::bytes_received` grew) is never accepted again, whether
+//!   it comes back as a duplicate, a [`REPLAY`] or after a rebinding.
+//! - The server hands out exactly one connection by `Endpoint::accept` (the handshake's):
+//!   a replayed first flight ([`REPLAY_INITIAL`]) is dropped or held half-open, never
+//!   announced.
+//! - Anti-amplification (as in `endpoint_recv`): until the server has a validated path to a
+//!   client address, it sends that address at most 3x the bytes it received from it plus
+//!   [`ALLOWANCE`](crate::recv::ALLOWANCE). The handshake's address is proven by the
+//!   handshake; [`CLIENT_REBOUND`] and [`CLIENT_B`] must be validated first.
 //! - Neither connection ends with a protocol or transport error, a refusal or a version
 //!   mismatch: both ends are tern, and the fuzzer holds no keys, so such an end means that
 //!   tern sent something tern rejects, or that an unauthenticated datagram killed a
 //!   connection (`Violation`: "a forged packet must not be able to end a connection").
 //! - Endpoints stop sending at one instant, and timers do not stay due after they ran.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -57,7 +79,7 @@ use tern_proto::{
     ReadError,
 };
 
-use crate::recv::MAX_STUCK;
+use crate::recv::{ALLOWANCE, MAX_STUCK};
 
 /// How datagrams arrive unless a fate changes it: with the mark both ends send.
 const ECT0: Option<EcnCodepoint> = Some(EcnCodepoint::Ect0);
@@ -67,7 +89,7 @@ use crate::{
 };
 
 /// Number of opcodes.
-pub const OPS: u8 = 14;
+pub const OPS: u8 = 16;
 /// Raw datagram to the server from the client's address.
 pub const RAW_TO_SERVER: u8 = 0;
 /// Raw datagram to the client from the server's address.
@@ -96,6 +118,10 @@ pub const EXCHANGE: u8 = 11;
 pub const PATH_STATE: u8 = 12;
 /// The server withdraws its second address.
 pub const WITHDRAW: u8 = 13;
+/// Deliver again a datagram delivered earlier.
+pub const REPLAY: u8 = 14;
+/// Replay the client's first Initial to the server, later.
+pub const REPLAY_INITIAL: u8 = 15;
 
 /// Fates of [`DELIVER`].
 pub mod fate {
@@ -129,6 +155,8 @@ const MAX_QUEUE: usize = 512;
 const MAX_ROUNDS: usize = 64;
 /// Timer steps after the script.
 const SETTLE_STEPS: usize = 300;
+/// Delivered datagrams remembered per direction for [`REPLAY`].
+pub const MAX_HISTORY: usize = 256;
 
 /// The byte a writer puts at `offset` of `flow`; readers check it.
 pub fn pattern(flow: FlowId, offset: u64) -> u8 {
@@ -171,8 +199,8 @@ struct Peer {
     writable: Vec<FlowId>,
     /// Flows this side may read from (accepted ones, or bidirectional ones it opened).
     readable: Vec<FlowId>,
-    /// Next offset to write, per flow.
-    written: HashMap<FlowId, u64>,
+    /// Every byte written per flow (what `write` took), in order: the data model.
+    model: HashMap<FlowId, Vec<u8>>,
     /// Next offset to read, per flow.
     read: HashMap<FlowId, u64>,
     /// Read buffer.
@@ -191,7 +219,7 @@ impl Peer {
             conn: None,
             writable: Vec::new(),
             readable: Vec::new(),
-            written: HashMap::new(),
+            model: HashMap::new(),
             read: HashMap::new(),
             buf: vec![0; 16 * 1024],
             closed: None,
@@ -204,8 +232,9 @@ impl Peer {
         (!list.is_empty()).then(|| list[usize::from(i) % list.len()])
     }
 
-    /// Drains events, accepts flows, reads and checks everything readable.
-    fn service(&mut self) {
+    /// Drains events, accepts flows, reads everything readable and checks it against what
+    /// the other side wrote (`peer_model`).
+    fn service(&mut self, peer_model: &HashMap<FlowId, Vec<u8>>) {
         while let Some((h, event)) = self.ep.poll_event() {
             if Some(h) != self.conn {
                 continue;
@@ -239,13 +268,26 @@ impl Peer {
                 match conn.read(id, &mut self.buf) {
                     Ok(Some(n)) => {
                         let at = self.read.entry(id).or_insert(0);
-                        for (i, &b) in self.buf[..n].iter().enumerate() {
-                            let offset = *at + i as u64;
-                            assert_eq!(
-                                b,
-                                pattern(id, offset),
-                                "{} read a wrong byte on flow {id:?} at offset {offset}",
-                                self.name
+                        let written: &[u8] = peer_model.get(&id).map_or(&[], Vec::as_slice);
+                        let start = *at as usize;
+                        assert!(
+                            start + n <= written.len(),
+                            "{} read {n} bytes on flow {id:?} at offset {start}, past the {} \
+                             bytes written",
+                            self.name,
+                            written.len()
+                        );
+                        if self.buf[..n] != written[start..start + n] {
+                            let i = (0..n)
+                                .find(|&i| self.buf[i] != written[start + i])
+                                .unwrap_or(0);
+                            panic!(
+                                "{} read a wrong byte on flow {id:?} at offset {}: {:#04x}, \
+                                 written {:#04x}",
+                                self.name,
+                                start + i,
+                                self.buf[i],
+                                written[start + i]
                             );
                         }
                         *at += n as u64;
@@ -293,6 +335,43 @@ struct Net {
     s2c: VecDeque<Dgram>,
     /// The client's address as the server sees it now (it changes on REBIND).
     client_seen_as: SocketAddr,
+    /// Datagrams delivered, client to server (with the address they came from) and back,
+    /// for [`REPLAY`]: the last [`MAX_HISTORY`] of each, and how many in all.
+    history: [Vec<(SocketAddr, Dgram)>; 2],
+    delivered: [usize; 2],
+    /// The client's first Initial datagram, for [`REPLAY_INITIAL`].
+    first_initial: Option<Dgram>,
+    /// Hashes of the short-header datagrams each side (client, server) accepted.
+    accepted: [HashSet<u64>; 2],
+    /// Per client address: bytes the server received from it and sent to it.
+    amplification: HashMap<SocketAddr, (u64, u64)>,
+    /// Client addresses the server has validated (a validated path to them).
+    proven: Vec<SocketAddr>,
+    /// Write buffer.
+    scratch: Vec<u8>,
+    /// Whether the server announced the handshake's connection (`Endpoint::accept`).
+    server_accepted: bool,
+}
+
+/// Which of a peer's paths' `bytes_received` add up to: it grows by the datagram's length
+/// when a short-header packet is accepted (authenticated, fresh) and for nothing else.
+fn bytes_accepted(peer: &Peer) -> u64 {
+    peer.conn
+        .and_then(|h| peer.ep.connection(h))
+        .map_or(0, |c| c.path_stats().iter().map(|p| p.bytes_received).sum())
+}
+
+/// Identifies a datagram by its bytes (the same bytes are the same packet: same path, packet
+/// number and keys), wherever it is sent.
+fn datagram_key(d: &Dgram) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    d.data.hash(&mut h);
+    h.finish()
+}
+
+/// Whether a datagram starts with a short header (one packet, to its end).
+fn is_short(d: &Dgram) -> bool {
+    d.data.first().is_some_and(|b| b & 0x80 == 0)
 }
 
 impl Net {
@@ -314,9 +393,11 @@ impl Net {
             }
         });
         let client_addrs = [CLIENT, CLIENT_REBOUND, CLIENT_B];
+        let amplification = &mut self.amplification;
         drain_transmits(&mut self.server.ep, now, |t, d| {
             let to = t.destination;
             assert!(client_addrs.contains(&to), "server sent to {to}");
+            amplification.entry(to).or_default().1 += d.len() as u64;
             if s2c.len() < MAX_QUEUE {
                 s2c.push_back(Dgram {
                     source: t.source,
@@ -325,6 +406,56 @@ impl Net {
                 });
             }
         });
+        self.check_amplification();
+    }
+
+    /// Until an address is validated, the server sends it at most 3x what came from it.
+    /// (Validation is noted after every operation and exchange round, and before failing.)
+    fn check_amplification(&mut self) {
+        let over = |proven: &[SocketAddr], a: &HashMap<SocketAddr, (u64, u64)>| {
+            a.iter().any(|(addr, &(received, sent))| {
+                !proven.contains(addr) && sent > 3 * received + ALLOWANCE as u64
+            })
+        };
+        if !over(&self.proven, &self.amplification) {
+            return;
+        }
+        self.note_proven();
+        for (addr, &(received, sent)) in &self.amplification {
+            if self.proven.contains(addr) {
+                continue;
+            }
+            assert!(
+                sent <= 3 * received + ALLOWANCE as u64,
+                "amplification: the server sent {sent} bytes to {addr}, not validated, which \
+                 sent it {received}"
+            );
+        }
+    }
+
+    /// Notes the client addresses the server's connection has validated paths to.
+    fn note_proven(&mut self) {
+        let server = &self.server;
+        let Some(conn) = server.conn.and_then(|h| server.ep.connection(h)) else {
+            return;
+        };
+        for p in conn.path_stats() {
+            if p.validated && !self.proven.contains(&p.remote) {
+                self.proven.push(p.remote);
+            }
+        }
+    }
+
+    /// Remembers a delivered datagram for [`REPLAY`].
+    fn remember(&mut self, dir: usize, from: SocketAddr, d: &Dgram) {
+        let n = self.delivered[dir];
+        self.delivered[dir] += 1;
+        let history = &mut self.history[dir];
+        if history.len() < MAX_HISTORY {
+            history.push((from, d.clone()));
+        } else {
+            history[n % MAX_HISTORY] = (from, d.clone());
+        }
     }
 
     /// Where the server sees a client datagram come from: the client's second interface, or
@@ -338,28 +469,80 @@ impl Net {
 
     /// Delivers to the server. Datagrams travel ECT(0)-marked, as both ends send them, unless
     /// a fate says otherwise.
-    fn send_to_server(&mut self, from: SocketAddr, mut d: Dgram, ecn: Option<EcnCodepoint>) {
+    /// Every delivery is remembered for [`REPLAY`] unless it is one (`remember`), and checked:
+    /// a short-header datagram the server already accepted must not be accepted again.
+    fn send_to_server(
+        &mut self,
+        from: SocketAddr,
+        mut d: Dgram,
+        ecn: Option<EcnCodepoint>,
+        remember: bool,
+    ) {
+        self.amplification.entry(from).or_default().0 += d.data.len() as u64;
+        if remember {
+            self.remember(0, from, &d);
+        }
+        let short = is_short(&d);
+        let key = datagram_key(&d);
+        let before = if short {
+            bytes_accepted(&self.server)
+        } else {
+            0
+        };
         self.server
             .ep
             .handle_on(self.now, Some(d.to.ip()), from, ecn, &mut d.data);
+        if short && bytes_accepted(&self.server) > before {
+            assert!(
+                self.accepted[1].insert(key),
+                "the server accepted a datagram it had accepted before (replay) from {from}"
+            );
+        }
     }
 
-    fn send_to_client(&mut self, mut d: Dgram, ecn: Option<EcnCodepoint>) {
+    fn send_to_client(&mut self, mut d: Dgram, ecn: Option<EcnCodepoint>, remember: bool) {
         let from = SocketAddr::new(d.source.unwrap_or(SERVER.ip()), SERVER.port());
+        if remember {
+            self.remember(1, from, &d);
+        }
         let to = if d.to == CLIENT_REBOUND { CLIENT } else { d.to };
+        let short = is_short(&d);
+        let key = datagram_key(&d);
+        let before = if short {
+            bytes_accepted(&self.client)
+        } else {
+            0
+        };
         self.client
             .ep
             .handle_on(self.now, Some(to.ip()), from, ecn, &mut d.data);
+        if short && bytes_accepted(&self.client) > before {
+            assert!(
+                self.accepted[0].insert(key),
+                "the client accepted a datagram it had accepted before (replay) from {from}"
+            );
+        }
     }
 
     fn service(&mut self) {
-        self.client.service();
-        self.server.service();
+        self.client.service(&self.server.model);
+        self.server.service(&self.client.model);
+        // The handshake's connection is the only one the server ever announces.
+        while let Some(h) = self.server.ep.accept() {
+            assert!(
+                !self.server_accepted,
+                "the server accepted a second connection {h:?} (replayed first flight?): {:?}",
+                self.server.ep.stats()
+            );
+            self.server_accepted = true;
+            self.server.conn = Some(h);
+            self.server.service(&self.client.model);
+        }
         // A flow read to its end (FIN) ends where its writer stopped: writes after `finish`
         // are refused, so anything else is lost or invented data.
         for (reader, writer) in [(&self.client, &self.server), (&self.server, &self.client)] {
             for (id, &end) in &reader.finished {
-                let written = writer.written.get(id).copied().unwrap_or(0);
+                let written = writer.model.get(id).map_or(0, |m| m.len() as u64);
                 assert_eq!(
                     end, written,
                     "{} read flow {id:?} to its end at {end}, but {} wrote {written} bytes",
@@ -377,11 +560,12 @@ impl Net {
                 return;
             }
             while let Some(d) = self.c2s.pop_front() {
-                self.send_to_server(self.client_from(&d), d, ECT0);
+                self.send_to_server(self.client_from(&d), d, ECT0, true);
             }
             while let Some(d) = self.s2c.pop_front() {
-                self.send_to_client(d, ECT0);
+                self.send_to_client(d, ECT0, true);
             }
+            self.note_proven();
             self.service();
         }
     }
@@ -423,9 +607,9 @@ impl Net {
             fate::DROP => return,
             fate::DUPLICATE => {
                 if to_client {
-                    self.send_to_client(d.clone(), ecn);
+                    self.send_to_client(d.clone(), ecn, true);
                 } else {
-                    self.send_to_server(from, d.clone(), ecn);
+                    self.send_to_server(from, d.clone(), ecn, true);
                 }
             }
             fate::FLIP if !d.data.is_empty() => {
@@ -456,9 +640,30 @@ impl Net {
             _ => {}
         }
         if to_client {
-            self.send_to_client(d, ecn);
+            self.send_to_client(d, ecn, true);
         } else {
-            self.send_to_server(from, d, ecn);
+            self.send_to_server(from, d, ecn, true);
+        }
+    }
+
+    /// `WRITE`: `len % (MAX_WRITE + 1)` bytes on a flow; what `write` takes joins the model.
+    fn write(&mut self, side: u8, flow: u8, len: u16, data: &mut Vec<u8>) {
+        let peer = self.peer(side);
+        let (Some(h), Some(id)) = (peer.conn, Peer::pick(&peer.writable, flow)) else {
+            return;
+        };
+        let Some(conn) = peer.ep.connection_mut(h) else {
+            return;
+        };
+        let model = peer.model.entry(id).or_default();
+        let at = model.len() as u64;
+        let salt = len as u8;
+        let len = usize::from(len) % (MAX_WRITE + 1);
+        data.clear();
+        data.extend((0..len as u64).map(|i| pattern(id, at + i).wrapping_add(salt)));
+        if let Ok(n) = conn.write(id, data) {
+            assert!(n <= len, "write took {n} of {len} bytes");
+            model.extend_from_slice(&data[..n]);
         }
     }
 
@@ -473,14 +678,14 @@ impl Net {
                         to: SERVER,
                         data,
                     };
-                    self.send_to_server(self.client_seen_as, d, ECT0);
+                    self.send_to_server(self.client_seen_as, d, ECT0, true);
                 } else {
                     let d = Dgram {
                         source: None,
                         to: CLIENT,
                         data,
                     };
-                    self.send_to_client(d, ECT0);
+                    self.send_to_client(d, ECT0, true);
                 }
             }
             OPEN => {
@@ -500,19 +705,35 @@ impl Net {
             }
             WRITE => {
                 let (side, flow, len) = (input.u8(), input.u8(), input.u16());
-                let peer = self.peer(side);
-                let (Some(h), Some(id)) = (peer.conn, Peer::pick(&peer.writable, flow)) else {
+                let mut data = std::mem::take(&mut self.scratch);
+                self.write(side, flow, len, &mut data);
+                self.scratch = data;
+            }
+            REPLAY => {
+                let (dir, index) = (input.u8() & 1, input.u16());
+                let history = &self.history[usize::from(dir)];
+                if history.is_empty() {
                     return;
+                }
+                let (from, d) = history[usize::from(index) % history.len()].clone();
+                if dir == 1 {
+                    self.send_to_client(d, ECT0, false);
+                } else {
+                    self.send_to_server(from, d, ECT0, false);
+                }
+            }
+            REPLAY_INITIAL => {
+                let (wait, from) = (input.u8(), input.u8());
+                let t = self.now + Duration::from_millis(100 * u64::from(wait));
+                self.advance_to(t);
+                self.pump();
+                let from = if from & 1 == 0 {
+                    CLIENT
+                } else {
+                    CLIENT_REBOUND
                 };
-                let Some(conn) = peer.ep.connection_mut(h) else {
-                    return;
-                };
-                let at = peer.written.entry(id).or_insert(0);
-                let len = usize::from(len) % (MAX_WRITE + 1);
-                let data: Vec<u8> = (0..len as u64).map(|i| pattern(id, *at + i)).collect();
-                if let Ok(n) = conn.write(id, &data) {
-                    assert!(n <= len, "write took {n} of {len} bytes");
-                    *at += n as u64;
+                if let Some(d) = self.first_initial.clone() {
+                    self.send_to_server(from, d, ECT0, false);
                 }
             }
             FINISH => {
@@ -604,16 +825,22 @@ fn established() -> Net {
         c2s: VecDeque::new(),
         s2c: VecDeque::new(),
         client_seen_as: CLIENT,
+        history: [Vec::new(), Vec::new()],
+        delivered: [0; 2],
+        first_initial: None,
+        accepted: [HashSet::new(), HashSet::new()],
+        amplification: HashMap::new(),
+        proven: Vec::new(),
+        scratch: Vec::new(),
+        server_accepted: false,
     };
     net.client.conn = Some(c);
+    net.pump();
+    net.first_initial = net.c2s.front().cloned();
+    assert!(net.first_initial.is_some(), "the client sent its Initial");
     net.exchange();
-    let s = net
-        .server
-        .ep
-        .accept()
-        .expect("the server accepted the client");
-    net.server.conn = Some(s);
     net.service();
+    assert!(net.server_accepted, "the server accepted the client");
     for p in [&net.client, &net.server] {
         let conn =
             p.ep.connection(p.conn.expect("handle"))
@@ -651,6 +878,7 @@ pub fn run_traced(data: &[u8]) -> Outcome {
     while let Some((&op, rest)) = input.0.split_first() {
         input.0 = rest;
         net.step(op, &mut input);
+        net.note_proven();
         net.service();
         ops += 1;
     }
@@ -667,7 +895,7 @@ pub fn run_traced(data: &[u8]) -> Outcome {
     let peers = [&net.client, &net.server];
     Outcome {
         ops,
-        written: peers.map(|p| p.written.values().sum()),
+        written: peers.map(|p| p.model.values().map(|m| m.len() as u64).sum()),
         read: peers.map(|p| p.read.values().sum()),
         closed: peers.map(|p| p.closed.clone()),
         elapsed: net.now - epoch(),

@@ -503,7 +503,12 @@ impl Endpoint {
                 }
                 conn.stats.datagrams_received += 1;
                 conn.stats.bytes_received += len as u64;
-                conn.paths[0].bytes_received += len as u64;
+                // Bytes from the handshake path's peer raise its anti-amplification budget;
+                // a replayed Initial from elsewhere must not raise it for an address the path
+                // moved to and that is not validated (found by fuzz endpoint_handshake).
+                if conn.paths[0].remote == remote {
+                    conn.paths[0].bytes_received += len as u64;
+                }
                 if conn.paths[0].local.is_none() {
                     // The handshake's path: our address on it, for opening the others.
                     conn.paths[0].local = local;

@@ -706,6 +706,56 @@ fn run_out(pair: &mut Pair) {
 }
 
 #[test]
+fn a_replayed_initial_from_elsewhere_does_not_raise_the_budget_of_an_unvalidated_address() {
+    // Found by fuzz/endpoint_handshake: an Initial routed to the connection by its original
+    // DCID credited the handshake path's amplification budget wherever it came from.
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let initial = pair.client_sent[0].clone();
+    let conn = pair.server.connection_mut(s).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, &vec![7u8; 1 << 20]).unwrap();
+    // A copy of the client's next packet moves the path to a victim's address.
+    let client = pair.client.connection_mut(c).unwrap();
+    let up = client.open_flow(Dir::Uni).unwrap();
+    client.write(up, &[1u8; 100]).unwrap();
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let genuine = buf[..t.size].to_vec();
+    let victim: SocketAddr = "192.0.2.66:5000".parse().unwrap();
+    let mut copy = genuine.clone();
+    pair.server.handle(pair.now, victim, None, &mut copy);
+    // The attacker replays the recorded first Initial from its own address.
+    let attacker: SocketAddr = "198.51.100.7:4000".parse().unwrap();
+    for _ in 0..3 {
+        let mut d = initial.clone();
+        pair.server.handle(pair.now, attacker, None, &mut d);
+    }
+    let mut to_victim = 0;
+    let end = pair.now + Duration::from_secs(5);
+    loop {
+        let mut out = Vec::new();
+        while let Some(t) = pair.server.poll_transmit(pair.now, &mut out) {
+            if t.destination == victim {
+                to_victim += t.size;
+            }
+        }
+        match pair.server.poll_timeout() {
+            Some(t) if t < end => {
+                pair.now = t;
+                pair.server.handle_timeout(t);
+            }
+            _ => break,
+        }
+    }
+    assert!(
+        to_victim <= 3 * genuine.len(),
+        "{to_victim} bytes to the victim for {} received from it",
+        genuine.len()
+    );
+}
+
+#[test]
 fn a_first_flight_replayed_after_its_connection_ended_is_dropped() {
     let mut server = clocked(2, true);
     server.first_flight.trust_start = true;
