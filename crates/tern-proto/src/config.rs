@@ -225,6 +225,23 @@ pub struct FirstFlightConfig {
     /// the same key, can have seen a flight in the last window (simulations, tests). Off by
     /// default: a restarted server proves nothing fresh for one window (RFC 8446 §8.2).
     pub trust_start: bool,
+    /// A register shared by several endpoints that share one identity (the worker threads
+    /// of one server, see `tern::EndpointBuilder::workers`): a flight replayed to another
+    /// worker is still seen as replayed. `None`: the endpoint keeps its own.
+    pub shared_register: Option<SharedRegister>,
+}
+
+/// A first-flight register several endpoints consult (behind a lock taken once per IK
+/// first flight).
+pub type SharedRegister = std::sync::Arc<std::sync::Mutex<crate::crypto::FirstFlightRegister>>;
+
+impl FirstFlightConfig {
+    /// A register to share between endpoints with this configuration.
+    pub fn new_shared_register(&self) -> SharedRegister {
+        std::sync::Arc::new(std::sync::Mutex::new(
+            crate::crypto::FirstFlightRegister::new(self.window, self.register_capacity),
+        ))
+    }
 }
 
 impl Default for FirstFlightConfig {
@@ -233,6 +250,7 @@ impl Default for FirstFlightConfig {
             window: Duration::from_secs(10),
             register_capacity: 1 << 16,
             trust_start: false,
+            shared_register: None,
         }
     }
 }
@@ -287,6 +305,9 @@ pub struct EndpointConfig {
     pub wall_clock: Option<Duration>,
     /// Replay protection of the client's first flight (docs/PROTOCOL.md §7.6).
     pub first_flight: FirstFlightConfig,
+    /// Make this server's connection IDs routable by a QUIC-LB load balancer (its server
+    /// ID encrypted in every ID, see [`crate::lb`]); `None`: random IDs.
+    pub routable_cids: Option<crate::lb::RoutableCids>,
     /// Free a connection as soon as its `Drained` event is polled. Simple drivers and
     /// simulations want this; a runtime whose application may still hold unread data of a
     /// closed connection turns it off and calls `Endpoint::release` itself.
@@ -329,6 +350,7 @@ impl EndpointConfig {
             handshakes_per_source: (500.0, 1000.0),
             wall_clock: None,
             first_flight: FirstFlightConfig::default(),
+            routable_cids: None,
             release_drained: true,
         }
     }

@@ -38,6 +38,8 @@ pub struct ConnectionHandle(pub usize);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EndpointStats {
+    /// Incoming connections handed to `accept`.
+    pub accepted: u64,
     /// Datagrams that did not parse.
     pub malformed: u64,
     /// Datagrams for no known connection.
@@ -107,8 +109,8 @@ pub struct Endpoint {
     stateless: VecDeque<Stateless>,
     accepted: VecDeque<ConnectionHandle>,
     events: VecDeque<(ConnectionHandle, Event)>,
-    /// Round-robin cursor for fairness between connections in `poll_transmit`.
-    next_transmit: usize,
+    /// Which connections have work, and their timers (polling costs the active ones only).
+    schedule: crate::schedule::Schedule,
     stats: EndpointStats,
 }
 
@@ -156,7 +158,7 @@ impl Endpoint {
             stateless: VecDeque::new(),
             accepted: VecDeque::new(),
             events: VecDeque::new(),
-            next_transmit: 0,
+            schedule: crate::schedule::Schedule::default(),
             stats: EndpointStats::default(),
         }
     }
@@ -194,19 +196,27 @@ impl Endpoint {
         Some(self.wall_epoch? + now.saturating_duration_since(self.epoch))
     }
 
-    /// A connection, for application commands.
+    /// A connection, for application commands (which may give it something to send, an
+    /// event or a new timer: it is polled again).
     pub fn connection_mut(&mut self, handle: ConnectionHandle) -> Option<&mut Connection> {
-        self.connections.get_mut(handle.0)?.as_mut()
+        let conn = self.connections.get_mut(handle.0)?.as_mut()?;
+        self.schedule.touch(handle.0);
+        Some(conn)
     }
 
     /// One of this host's addresses changed (every connection's paths that used `old` now
     /// send from `new`; see [`Connection::local_ip_changed`]). Returns how many paths moved.
     pub fn local_ip_changed(&mut self, now: Instant, old: IpAddr, new: IpAddr) -> usize {
-        self.connections
-            .iter_mut()
-            .flatten()
-            .map(|c| c.local_ip_changed(now, old, new))
-            .sum()
+        let mut moved = 0;
+        for (idx, conn) in self.connections.iter_mut().enumerate() {
+            let Some(conn) = conn else { continue };
+            let n = conn.local_ip_changed(now, old, new);
+            if n > 0 {
+                self.schedule.touch(idx);
+                moved += n;
+            }
+        }
+        moved
     }
 
     /// The handles of every connection alive on this endpoint that the application has.
@@ -216,6 +226,12 @@ impl Endpoint {
             .enumerate()
             .filter(|(_, c)| c.as_ref().is_some_and(|c| c.announce.is_visible()))
             .map(|(i, _)| ConnectionHandle(i))
+    }
+
+    /// Whether datagrams for connection ID `dcid` go to one of this endpoint's connections
+    /// (for a driver that steers datagrams between endpoints sharing a port).
+    pub fn routes(&self, dcid: &[u8]) -> bool {
+        ConnectionId::new(dcid).is_ok_and(|cid| self.routes.contains_key(&cid))
     }
 
     /// A connection, for reading state.
@@ -232,7 +248,12 @@ impl Endpoint {
         loop {
             let mut b = [0u8; wire::DEFAULT_CID_LEN];
             self.rng.fill_bytes(&mut b);
-            let cid = ConnectionId::new(&b).expect("8 bytes is a valid connection ID");
+            // A QUIC-LB ID when configured (its nonce from the same random bytes).
+            let routable = self.config.routable_cids.as_ref();
+            let cid = match routable.and_then(|r| r.generate(&b)) {
+                Some(cid) => cid,
+                None => ConnectionId::new(&b).expect("8 bytes is a valid connection ID"),
+            };
             if !self.routes.contains_key(&cid) {
                 return cid;
             }
@@ -287,6 +308,7 @@ impl Endpoint {
                 self.connections.len() - 1
             }
         };
+        self.schedule.occupy(idx);
         ConnectionHandle(idx)
     }
 
@@ -391,6 +413,7 @@ impl Endpoint {
             Some(&idx) => {
                 if let Some(conn) = self.connections[idx].as_mut() {
                     conn.handle_short(now, remote, local, ecn, data);
+                    self.schedule.touch(idx);
                 }
                 self.announce_if_ready(idx);
             }
@@ -429,6 +452,7 @@ impl Endpoint {
                     && !conn.is_drained() =>
             {
                 conn.enter_drained(crate::error::ConnectionError::Reset);
+                self.schedule.touch(idx);
                 true
             }
             _ => false,
@@ -497,6 +521,7 @@ impl Endpoint {
                 return;
             }
             if let Some(conn) = self.connections[idx].as_mut() {
+                self.schedule.touch(idx);
                 if packet.ty == wire::LongType::Initial {
                     // The client moved before it heard our answer: answer where it is now.
                     conn.on_initial_from(now, remote);
@@ -610,6 +635,7 @@ impl Endpoint {
                 self.routes.insert(odcid, handle.0);
                 if early {
                     self.accepted.push_back(handle);
+                    self.stats.accepted += 1;
                 }
             }
             Accept::Refuse(reason) => self.refuse(remote, &packet, reason),
@@ -626,13 +652,21 @@ impl Endpoint {
             .filter(|&t| t > 0)
             .map(Duration::from_micros);
         let clock = self.unix_now(now).zip(self.started_unix);
-        self.register.check(
-            now,
-            conn.first_flight_ephemeral(),
-            timestamp,
-            clock,
-            self.config.first_flight.trust_start,
-        )
+        let trust_start = self.config.first_flight.trust_start;
+        let ephemeral = conn.first_flight_ephemeral();
+        match &self.config.first_flight.shared_register {
+            // A poisoned lock still holds a consistent register (each check is one insert).
+            Some(shared) => shared.lock().unwrap_or_else(|p| p.into_inner()).check(
+                now,
+                ephemeral,
+                timestamp,
+                clock,
+                trust_start,
+            ),
+            None => self
+                .register
+                .check(now, ephemeral, timestamp, clock, trust_start),
+        }
     }
 
     /// Hands a server connection to `accept` once it is proven, and stops counting it as
@@ -646,6 +680,7 @@ impl Endpoint {
                 conn.announce = Announce::Announced;
                 self.hidden -= 1;
                 self.accepted.push_back(ConnectionHandle(idx));
+                self.stats.accepted += 1;
             }
             Announce::ProvenEarly => {
                 conn.announce = Announce::Announced;
@@ -694,6 +729,7 @@ impl Endpoint {
             let mut conn = *conn;
             self.seed(&mut conn);
             self.connections[idx] = Some(conn);
+            self.schedule.occupy(idx);
         }
     }
 
@@ -752,7 +788,10 @@ impl Endpoint {
         });
     }
 
-    /// Writes the next datagram to send into `buf` (appending).
+    /// Writes the next datagram to send into `buf` (appending). `None` means nothing until
+    /// a datagram arrives, a timer expires (`poll_timeout`, then `handle_timeout`) or the
+    /// application acts through `connection_mut`: only connections touched by one of these
+    /// are asked, so the cost follows the active connections, not the open ones.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         if let Some(s) = self.stateless.pop_front() {
@@ -764,34 +803,50 @@ impl Endpoint {
                 ecn: None,
             });
         }
-        let n = self.connections.len();
-        for i in 0..n {
-            let idx = (self.next_transmit + i) % n;
-            if let Some(conn) = self.connections[idx].as_mut() {
-                if let Some(t) = conn.poll_transmit(now, buf) {
-                    self.next_transmit = (idx + 1) % n;
+        // Round robin between the connections that may have something to send.
+        while let Some(idx) = self.schedule.next_transmit() {
+            let sent = self
+                .connections
+                .get_mut(idx)
+                .and_then(|c| c.as_mut())
+                .and_then(|conn| conn.poll_transmit(now, buf));
+            match sent {
+                Some(t) => {
+                    self.schedule.transmitted(idx);
                     return Some(t);
                 }
+                None => self.schedule.transmit_idle(),
             }
         }
         None
     }
 
-    /// When `handle_timeout` must next be called.
-    #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.connections
-            .iter()
-            .flatten()
-            .filter_map(|c| c.poll_timeout())
-            .min()
+    /// Re-reads the timers of the connections touched since the last look.
+    fn refresh_timers(&mut self) {
+        let connections = &self.connections;
+        self.schedule.refresh(|idx| {
+            connections
+                .get(idx)
+                .and_then(|c| c.as_ref())
+                .and_then(|c| c.poll_timeout())
+        });
     }
 
-    /// Runs expired timers of every connection.
+    /// When `handle_timeout` must next be called.
+    #[must_use]
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.refresh_timers();
+        self.schedule.earliest()
+    }
+
+    /// Runs expired timers (of the connections whose deadline passed: O(log n) each).
     pub fn handle_timeout(&mut self, now: Instant) {
-        for conn in self.connections.iter_mut().flatten() {
-            if conn.poll_timeout().is_some_and(|t| t <= now) {
-                conn.handle_timeout(now);
+        self.refresh_timers();
+        while let Some(idx) = self.schedule.pop_expired(now) {
+            if let Some(conn) = self.connections.get_mut(idx).and_then(|c| c.as_mut()) {
+                if conn.poll_timeout().is_some_and(|t| t <= now) {
+                    conn.handle_timeout(now);
+                }
             }
         }
     }
@@ -803,8 +858,9 @@ impl Endpoint {
         if let Some(e) = self.events.pop_front() {
             return Some(e);
         }
-        for idx in 0..self.connections.len() {
-            let Some(conn) = self.connections[idx].as_mut() else {
+        while let Some(idx) = self.schedule.next_event() {
+            let Some(conn) = self.connections.get_mut(idx).and_then(|c| c.as_mut()) else {
+                self.schedule.events_idle();
                 continue;
             };
             if !conn.announce.is_visible() {
@@ -813,13 +869,17 @@ impl Endpoint {
                     self.stats.half_open_expired += 1;
                     self.remove(idx);
                 }
+                self.schedule.events_idle();
                 continue;
             }
-            if let Some(event) = conn.poll_event() {
-                if event == Event::Drained && self.config.release_drained {
-                    self.remove(idx);
+            match conn.poll_event() {
+                Some(event) => {
+                    if event == Event::Drained && self.config.release_drained {
+                        self.remove(idx);
+                    }
+                    return Some((ConnectionHandle(idx), event));
                 }
-                return Some((ConnectionHandle(idx), event));
+                None => self.schedule.events_idle(),
             }
         }
         None
@@ -842,6 +902,7 @@ impl Endpoint {
         let Some(conn) = self.connections[idx].take() else {
             return;
         };
+        self.schedule.vacate(idx);
         self.count -= 1;
         if conn.announce != Announce::Announced {
             self.hidden -= 1;

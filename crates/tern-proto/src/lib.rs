@@ -79,12 +79,14 @@ pub mod endpoint;
 pub mod error;
 pub mod event;
 pub mod flow;
+pub mod lb;
 mod limits;
 pub mod message;
 pub(crate) mod path;
 pub mod qlog;
 pub mod recovery;
 pub mod router;
+mod schedule;
 pub mod wire;
 
 pub use config::{ConnectionConfig, EndpointConfig, FirstFlightConfig, FlowConfig, RetryPolicy};

@@ -514,6 +514,7 @@ fn a_receive_batch_of_thousands_of_packets_is_acknowledged_in_full() {
             Some(t) => batch.push(buf[..t.size].to_vec()),
             None if pair.client.poll_timeout().is_some() => {
                 pair.now += Duration::from_micros(50);
+                pair.client.handle_timeout(pair.now);
             }
             None => break,
         }
@@ -1291,4 +1292,154 @@ fn stateless_resets_are_rate_limited() {
     }
     assert_eq!(sent, 20, "the burst");
     assert_eq!(server.stats().resets_suppressed, 80);
+}
+
+#[test]
+fn a_server_with_a_quic_lb_configuration_puts_its_server_id_in_every_connection_id() {
+    use tern_proto::lb::{QuicLb, RoutableCids};
+    let lb = QuicLb::new(2, 3, 4, Some([9; 16])).unwrap();
+    let mut server = config(2, true);
+    server.routable_cids = Some(RoutableCids::new(lb.clone(), &[0xab, 0xcd, 0x01]).unwrap());
+    let mut pair = Pair::new(config(1, false), server);
+    let (c, s) = connect(&mut pair, true);
+    for _ in 0..20 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        let flow = conn.open_flow(Dir::Uni).unwrap();
+        conn.write(flow, b"hello").unwrap();
+        conn.finish(flow).unwrap();
+        pair.exchange();
+    }
+    // Every datagram the client sent after the handshake is addressed by an ID from which a
+    // balancer that has the key reads the server ID, and the nonces differ across
+    // connections.
+    let short: Vec<_> = pair
+        .client_sent
+        .iter()
+        .filter(|d| d[0] & 0x80 == 0)
+        .cloned()
+        .collect();
+    assert!(short.len() >= 20);
+    for d in &short {
+        assert_eq!(lb.server_id(&d[1..9]), Some(vec![0xab, 0xcd, 0x01]));
+    }
+    let first = lb.decode(&short[0][1..9]).unwrap().1;
+    // A second connection to the same server: same server ID, another nonce.
+    let (c2, _) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c2).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, b"again").unwrap();
+    pair.exchange();
+    let d = pair.client_sent.last().unwrap();
+    assert_eq!(lb.server_id(&d[1..9]), Some(vec![0xab, 0xcd, 0x01]));
+    assert_ne!(lb.decode(&d[1..9]).unwrap().1, first, "fresh nonce");
+    // A balancer with another key reads nothing useful; one with no config reads nothing.
+    let wrong = QuicLb::new(2, 3, 4, Some([8; 16])).unwrap();
+    assert_ne!(
+        wrong.server_id(&short[0][1..9]),
+        Some(vec![0xab, 0xcd, 0x01])
+    );
+    assert!(pair.server.connection(s).is_some());
+}
+
+#[test]
+fn workers_sharing_a_register_see_a_first_flight_replayed_to_the_other_as_replayed() {
+    // Two endpoints with one identity (the worker threads of one server): the kernel may
+    // hand a replay from another address to the other worker.
+    let mut a = clocked(2, true);
+    a.first_flight.trust_start = true;
+    let register = a.first_flight.new_shared_register();
+    a.first_flight.shared_register = Some(register.clone());
+    let mut b = a.clone();
+    b.rng_seed = [0x77; 32];
+    let mut pair = Pair::new(clocked(1, false), a);
+    connect_with_early_data(&mut pair, b"pay once");
+    pair.exchange();
+    assert!(pair.server.accept().is_some(), "fresh at worker a");
+    let initial = pair.client_sent[0].clone();
+    let mut worker_b = Endpoint::new(b, pair.now);
+    let mut d = initial.clone();
+    worker_b.handle(
+        pair.now + Duration::from_millis(5),
+        "203.0.113.9:7000".parse().unwrap(),
+        None,
+        &mut d,
+    );
+    assert_eq!(worker_b.stats().replayed_first_flights, 1);
+    assert_eq!(worker_b.half_open_count(), 0, "no state for the replay");
+    assert!(worker_b.accept().is_none());
+    // Without the shared register the other worker would have taken it as fresh.
+    let mut alone = clocked(2, true);
+    alone.first_flight.trust_start = true;
+    let mut worker_c = Endpoint::new(alone, pair.now);
+    let mut d = initial;
+    worker_c.handle(pair.now, "203.0.113.9:7000".parse().unwrap(), None, &mut d);
+    assert_eq!(worker_c.stats().replayed_first_flights, 0);
+}
+
+#[test]
+fn with_thousands_of_idle_connections_only_the_busy_one_is_polled_and_timers_still_fire() {
+    // 3 000 connections, all idle but one: polling must not depend on the idle ones (the
+    // endpoint keeps work queues and a timer heap), and every idle one still times out
+    // when its idle timer comes (none is forgotten by the heap).
+    let mut client = config(1, false);
+    client.connection.idle_timeout = Duration::from_secs(30);
+    let mut server = config(2, true);
+    server.retry = RetryPolicy::Never;
+    server.handshakes_per_source = (f64::INFINITY, f64::INFINITY);
+    server.connection.idle_timeout = Duration::from_secs(30);
+    let mut pair = Pair::new(client, server);
+    let mut handles = Vec::new();
+    for _ in 0..3000 {
+        handles.push(connect(&mut pair, true));
+    }
+    Pair::events(&mut pair.client);
+    Pair::events(&mut pair.server);
+    // One connection moves 2 MB while the others sit idle.
+    let (c, s) = handles[1234];
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    let data = vec![3u8; 2 << 20];
+    let mut written = 0;
+    let mut received = 0;
+    let mut incoming = None;
+    let mut buf = vec![0u8; 1 << 16];
+    for _ in 0..100_000 {
+        if written < data.len() {
+            let conn = pair.client.connection_mut(c).unwrap();
+            written += conn.write(flow, &data[written..]).unwrap_or(0);
+            if written == data.len() {
+                conn.finish(flow).unwrap();
+            }
+        }
+        pair.exchange();
+        let conn = pair.server.connection_mut(s).unwrap();
+        if incoming.is_none() {
+            incoming = conn.accept_flow(Dir::Uni);
+        }
+        while let Some(Ok(Some(n))) = incoming.map(|f| conn.read(f, &mut buf)) {
+            if n == 0 {
+                break;
+            }
+            received += n;
+        }
+        if received == data.len() {
+            break;
+        }
+        if !pair.advance() {
+            break;
+        }
+    }
+    assert_eq!(received, data.len());
+    // Then everyone falls silent: all 6 000 connection ends time out, the busy one too.
+    run_out(&mut pair);
+    let closed = |ep: &mut Endpoint| {
+        Pair::events(ep)
+            .into_iter()
+            .filter(|(_, e)| matches!(e, Event::Closed(ConnectionError::TimedOut)))
+            .count()
+    };
+    assert_eq!(closed(&mut pair.client), 3000);
+    assert_eq!(closed(&mut pair.server), 3000);
+    assert_eq!(pair.client.connection_count(), 0);
+    assert_eq!(pair.server.connection_count(), 0);
 }

@@ -179,6 +179,9 @@ pub(crate) struct Inner {
     pub(crate) gro_segments: usize,
     /// Where connections' qlog records go (`EndpointBuilder::qlog_dir`, `TERN_QLOG_DIR`).
     pub(crate) qlog: Option<crate::qlog::QlogDir>,
+    /// For a worker of a [`crate::Workers`] server: where datagrams for the other workers'
+    /// connections go.
+    pub(crate) steering: Option<crate::workers::Steering>,
 }
 
 impl Inner {
@@ -200,6 +203,7 @@ impl Inner {
             gso_segments,
             gro_segments,
             qlog: None,
+            steering: None,
         }
     }
 
@@ -317,6 +321,9 @@ pub(crate) struct Shared {
     pub(crate) wake: Notify,
     /// Counters of the socket I/O, kept outside the lock (the driver sends without it).
     pub(crate) io: IoCounters,
+    /// Datagrams other workers received for this one's connections (see
+    /// [`crate::workers`]); a leaf lock, never held while taking `inner`.
+    pub(crate) forwarded: Mutex<Vec<crate::workers::Forwarded>>,
 }
 
 /// Socket-level counters of an endpoint (see [`crate::IoStats`]).
@@ -327,6 +334,7 @@ pub(crate) struct IoCounters {
     pub(crate) send_errors: AtomicU64,
     pub(crate) recv_calls: AtomicU64,
     pub(crate) datagrams_received: AtomicU64,
+    pub(crate) datagrams_forwarded: AtomicU64,
 }
 
 /// What an endpoint's socket did: how well GSO and GRO batch, and send errors.
@@ -343,6 +351,9 @@ pub struct IoStats {
     pub recv_calls: u64,
     /// Datagrams received (GRO segments counted one by one).
     pub datagrams_received: u64,
+    /// Of those, datagrams passed to another worker of a [`crate::Workers`] server (their
+    /// connection is that worker's: a client that moved).
+    pub datagrams_forwarded: u64,
 }
 
 impl IoCounters {
@@ -353,6 +364,7 @@ impl IoCounters {
             send_errors: self.send_errors.load(Ordering::Relaxed),
             recv_calls: self.recv_calls.load(Ordering::Relaxed),
             datagrams_received: self.datagrams_received.load(Ordering::Relaxed),
+            datagrams_forwarded: self.datagrams_forwarded.load(Ordering::Relaxed),
         }
     }
 }
@@ -388,7 +400,22 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
     let mut events: Vec<(ConnectionHandle, Event)> = Vec::new();
     // Buffers the wait below filled, to hand to the core first.
     let mut waiting = 0;
+    let mut forwarded = Vec::new();
     loop {
+        // 0. What other workers received for our connections.
+        std::mem::swap(
+            &mut forwarded,
+            &mut *shared.forwarded.lock().unwrap_or_else(|p| p.into_inner()),
+        );
+        if !forwarded.is_empty() {
+            let now = runtime::now();
+            let mut inner = shared.lock();
+            for mut f in forwarded.drain(..) {
+                inner
+                    .proto
+                    .handle_on(now, f.local, f.remote, f.ecn, &mut f.data);
+            }
+        }
         // 1. Receive what is ready, up to the budget.
         let mut received = 0;
         while received < RECV_BUDGET {
@@ -416,17 +443,27 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
             shared.io.recv_calls.fetch_add(1, Ordering::Relaxed);
             let before = received;
             let now = runtime::now();
-            let mut inner = shared.lock();
+            let mut guard = shared.lock();
+            let inner = &mut *guard;
             for (meta, buf) in metas.iter().zip(storage.chunks_mut(RECV_BUFFER)).take(n) {
                 let stride = meta.stride.max(1);
                 for datagram in buf[..meta.len.min(RECV_BUFFER)].chunks_mut(stride) {
+                    received += 1;
+                    if let Some(steering) = &inner.steering {
+                        if steering.forward(&inner.proto, meta, datagram) {
+                            shared
+                                .io
+                                .datagrams_forwarded
+                                .fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
                     inner
                         .proto
                         .handle_on(now, meta.dst_ip, meta.addr, meta.ecn, datagram);
-                    received += 1;
                 }
             }
-            drop(inner);
+            drop(guard);
             shared
                 .io
                 .datagrams_received
@@ -461,7 +498,7 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
                 }
             }
             events.clear();
-            let inner = shared.lock();
+            let mut inner = shared.lock();
             if inner.dead.is_some() {
                 return;
             }

@@ -12,6 +12,8 @@ use crate::connection::Connection;
 use crate::driver::{self, ConnectionId, Inner, Shared};
 use crate::runtime;
 use crate::socket::{AsyncUdpSocket, SocketOptions, UdpSocket};
+use crate::workers::Workers;
+use tern_proto::lb::{QuicLb, RoutableCids};
 
 /// Why `connect` failed.
 #[derive(Debug, thiserror::Error)]
@@ -94,12 +96,14 @@ pub fn entropy() -> [u8; 32] {
 #[derive(Debug)]
 #[must_use = "an EndpointBuilder does nothing until build() is called"]
 pub struct EndpointBuilder {
-    config: EndpointConfig,
-    addr: SocketAddr,
+    pub(crate) config: EndpointConfig,
+    pub(crate) addr: SocketAddr,
     socket: Option<std::net::UdpSocket>,
     async_socket: Option<Box<dyn AsyncUdpSocket>>,
-    options: SocketOptions,
-    qlog_dir: Option<std::path::PathBuf>,
+    pub(crate) options: SocketOptions,
+    pub(crate) qlog_dir: Option<std::path::PathBuf>,
+    /// A QUIC-LB configuration and the server IDs to use (one per worker).
+    pub(crate) routable: Option<(QuicLb, Vec<Vec<u8>>)>,
 }
 
 impl EndpointBuilder {
@@ -176,15 +180,47 @@ impl EndpointBuilder {
         self
     }
 
+    /// Makes the server's connection IDs routable by a QUIC-LB load balancer
+    /// ([`tern_proto::lb`]): each carries a server ID under `lb`'s key, so that a balancer
+    /// with the same configuration sends a connection's datagrams to this machine wherever
+    /// the client moves. `server_ids`: this machine's (one per worker with
+    /// [`build_workers`](Self::build_workers), else the first is used). tern's connection
+    /// IDs are 8 bytes: the server ID and nonce lengths of `lb` must sum to 7.
+    pub fn routable_cids(mut self, lb: QuicLb, server_ids: Vec<Vec<u8>>) -> Self {
+        self.routable = Some((lb, server_ids));
+        self
+    }
+
     /// Binds (or takes over the socket) and starts the endpoint's task. Must be called inside
     /// a tokio runtime.
-    pub fn build(self) -> io::Result<Endpoint> {
+    pub fn build(mut self) -> io::Result<Endpoint> {
+        if let Some((lb, ids)) = self.routable.take() {
+            let id = ids.first().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "routable_cids: no server ID")
+            })?;
+            self.config.routable_cids = Some(RoutableCids::new(lb, id).map_err(io::Error::other)?);
+        }
         let socket: Box<dyn AsyncUdpSocket> = match (self.async_socket, self.socket) {
             (Some(s), _) => s,
             (None, Some(s)) => Box::new(UdpSocket::from_std_with(s, self.options)?),
             (None, None) => Box::new(UdpSocket::bind_with(self.addr, self.options)?),
         };
-        Endpoint::start(socket, self.config, self.qlog_dir)
+        Endpoint::start(socket, self.config, self.qlog_dir, None)
+    }
+
+    /// Binds `n` sockets to the same address (`SO_REUSEPORT`) and starts a server endpoint
+    /// on each: the workers of [`Workers`], which the runtime's threads run in parallel.
+    /// Datagrams that reach the wrong worker (a client that moved) are passed to the right
+    /// one by the server ID in their connection ID (see [`Workers`]). Needs a built-in
+    /// socket (not [`socket`](Self::socket) or [`async_socket`](Self::async_socket)).
+    pub fn build_workers(self, n: usize) -> io::Result<Workers> {
+        if self.socket.is_some() || self.async_socket.is_some() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "build_workers binds its own sockets",
+            ));
+        }
+        Workers::build(self, n)
     }
 }
 
@@ -198,24 +234,32 @@ impl Endpoint {
             async_socket: None,
             options: SocketOptions::default(),
             qlog_dir: None,
+            routable: None,
         }
     }
 
     /// Binds `addr` with a full configuration and default socket settings. Must be called
     /// inside a tokio runtime.
     pub fn bind(addr: SocketAddr, config: EndpointConfig) -> io::Result<Self> {
-        Self::start(Box::new(UdpSocket::bind(addr)?), config, None)
+        Self::start(Box::new(UdpSocket::bind(addr)?), config, None, None)
     }
 
-    fn start(
+    /// Starts the driver of an endpoint on `socket` (`worker`: its index among the workers
+    /// of one server, which names its qlog files apart).
+    pub(crate) fn start(
         socket: Box<dyn AsyncUdpSocket>,
         mut config: EndpointConfig,
         qlog_dir: Option<std::path::PathBuf>,
+        worker: Option<usize>,
     ) -> io::Result<Self> {
         let local = socket.local_addr()?;
         let qlog_dir = qlog_dir.or_else(|| std::env::var_os(crate::QLOG_DIR_ENV).map(Into::into));
+        let name = match worker {
+            Some(w) => format!("{}-w{w}", local.port()),
+            None => local.port().to_string(),
+        };
         let qlog = match &qlog_dir {
-            Some(dir) => Some(crate::qlog::QlogDir::new(dir, local.port())?),
+            Some(dir) => Some(crate::qlog::QlogDir::new(dir, name)?),
             None => None,
         };
         config.connection.qlog |= qlog.is_some();
@@ -236,6 +280,7 @@ impl Endpoint {
             inner: Mutex::new(inner),
             wake: tokio::sync::Notify::new(),
             io: Default::default(),
+            forwarded: Mutex::new(Vec::new()),
         });
         tokio::spawn(driver::drive(shared.clone(), socket));
         Ok(Self {
@@ -256,6 +301,10 @@ impl Endpoint {
     /// loopback or a given port).
     pub fn client(keypair: StaticKeypair) -> io::Result<Self> {
         Self::builder(keypair).build()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// The bound address.

@@ -60,6 +60,7 @@ pub mod keys;
 mod qlog;
 mod runtime;
 pub mod socket;
+mod workers;
 
 pub use connection::{Connection, EventStream, RequestError, EVENT_QUEUE};
 pub use driver::{ConnectionId, IoStats, Upcall};
@@ -71,6 +72,9 @@ pub use qlog::QLOG_DIR_ENV;
 /// [`cc::ControllerFactory`] traits to plug in your own (set
 /// [`ConnectionConfig::congestion`]).
 pub use tern_proto::cc;
+/// QUIC-LB connection IDs (a server ID in every ID, for stateless load balancers):
+/// [`lb::QuicLb`] is the configuration a balancer and its servers share.
+pub use tern_proto::lb;
 /// Why a connection could not even be started (the inner error of [`ConnectError::Start`]).
 pub use tern_proto::ConnectError as StartError;
 /// The details of a [`ConnectionError`]: why a handshake failed, which end closed, the
@@ -84,3 +88,4 @@ pub use tern_proto::{
     PathState, PathStats, PublicKey, RateSource, RetryPolicy, SchedulerKind, SendMessageError,
     StaticKeypair, TargetRate, Violation, MESSAGE_CREDIT_OVERHEAD,
 };
+pub use workers::Workers;

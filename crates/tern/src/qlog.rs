@@ -40,18 +40,19 @@ struct Trace {
 /// The qlog files of one endpoint.
 pub(crate) struct QlogDir {
     dir: PathBuf,
-    /// The endpoint's port, to tell the files of several endpoints in one directory apart.
-    port: u16,
+    /// The endpoint's port (and worker), to tell the files of several endpoints in one
+    /// directory apart.
+    name: String,
     traces: HashMap<(ConnectionHandle, u64), Trace>,
 }
 
 impl QlogDir {
     /// Writes into `dir` (created if missing).
-    pub(crate) fn new(dir: &Path, port: u16) -> io::Result<Self> {
+    pub(crate) fn new(dir: &Path, name: String) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
-            port,
+            name,
             traces: HashMap::new(),
         })
     }
@@ -77,7 +78,7 @@ impl QlogDir {
                 };
                 let path = self
                     .dir
-                    .join(format!("tern-{side}-{}-{generation}.sqlog", self.port));
+                    .join(format!("tern-{side}-{}-{generation}.sqlog", self.name));
                 let mut out = BufWriter::new(File::create(&path)?);
                 write_record(&mut out, &header(side, generation))?;
                 e.insert(Trace {

@@ -191,6 +191,8 @@ pub(crate) struct SocketOptions {
     pub(crate) send_buffer: usize,
     /// Use GSO batches where the kernel offers them.
     pub(crate) gso: bool,
+    /// `SO_REUSEPORT`: several sockets (the workers of one server) share the port.
+    pub(crate) reuse_port: bool,
 }
 
 impl Default for SocketOptions {
@@ -200,6 +202,7 @@ impl Default for SocketOptions {
             recv_buffer: 8 << 20,
             send_buffer: 8 << 20,
             gso: true,
+            reuse_port: false,
         }
     }
 }
@@ -241,6 +244,9 @@ impl UdpSocket {
         if addr.is_ipv6() {
             // Accept IPv4-mapped peers on a wildcard IPv6 socket where allowed.
             let _ = sock.set_only_v6(false);
+        }
+        if options.reuse_port {
+            sock.set_reuse_port(true)?;
         }
         sock.bind(&addr.into())?;
         Self::from_std_with(sock.into(), options)

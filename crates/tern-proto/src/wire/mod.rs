@@ -98,6 +98,18 @@ pub const MAX_SHORT_HEADER_LEN: usize = 1 + MAX_CID_LEN + 1 + 4 + RATE_AREA_LEN;
 /// Largest flow count a `MaxFlows` frame or transport parameter may carry (§10).
 pub const MAX_FLOWS: u64 = 1 << 60;
 
+/// The destination connection ID of a datagram, read from the invariant header only (long:
+/// its DCID field; short: the [`DEFAULT_CID_LEN`] bytes after the first byte), for steering
+/// datagrams between endpoints that share a port. `None` if too short to hold one.
+pub fn destination_cid(datagram: &[u8]) -> Option<&[u8]> {
+    let first = *datagram.first()?;
+    if first & 0x80 != 0 {
+        LongHeaderInvariants::decode(datagram).ok().map(|h| h.dcid)
+    } else {
+        datagram.get(1..1 + DEFAULT_CID_LEN)
+    }
+}
+
 /// Why a decoder rejected its input.
 ///
 /// Decoding errors in a packet payload close the connection with
