@@ -87,7 +87,11 @@ pub struct Endpoint {
     rng: ChaCha20Rng,
     reset_key: ResetKey,
     token_key: RetryTokenKey,
-    connections: Vec<Option<Connection>>,
+    /// Boxed: a slot costs a pointer, not a whole connection, and the table grows without
+    /// copying connections.
+    connections: Vec<Option<Box<Connection>>>,
+    /// Every connection's configuration, shared (not copied per connection).
+    connection_config: Arc<crate::config::ConnectionConfig>,
     free: Vec<usize>,
     /// Routing table: our connection IDs (and clients' original DCIDs during the handshake).
     routes: HashMap<ConnectionId, usize>,
@@ -140,6 +144,7 @@ impl Endpoint {
         let reset_budget = crate::limits::TokenBucket::new(rate, burst);
         Self {
             reset_key: ResetKey::new(&config.reset_secret),
+            connection_config: Arc::new(config.connection.clone()),
             token_key: RetryTokenKey::new(&token_secret),
             config: Arc::new(config),
             epoch: now,
@@ -236,7 +241,7 @@ impl Endpoint {
 
     /// A connection, for reading state.
     pub fn connection(&self, handle: ConnectionHandle) -> Option<&Connection> {
-        self.connections.get(handle.0)?.as_ref()
+        self.connections.get(handle.0)?.as_deref()
     }
 
     /// The next connection a client opened to us.
@@ -289,10 +294,11 @@ impl Endpoint {
     fn seed(&mut self, conn: &mut Connection) {
         let mut seed = [0u8; 32];
         self.rng.fill_bytes(&mut seed);
-        conn.path_rng = rand::SeedableRng::from_seed(seed);
+        conn.path_seed = seed;
+        conn.path_rng = None;
     }
 
-    fn insert(&mut self, mut conn: Connection) -> ConnectionHandle {
+    fn insert(&mut self, mut conn: Box<Connection>) -> ConnectionHandle {
         self.seed(&mut conn);
         self.count += 1;
         if conn.announce != Announce::Announced {
@@ -340,7 +346,7 @@ impl Endpoint {
         params.first_flight_time_us = self
             .unix_now(now)
             .map_or(0, |t| (t.as_micros() as u64).max(1));
-        let config = Arc::new(self.config.connection.clone());
+        let config = self.connection_config.clone();
         let conn = Connection::new(
             Side::Client,
             now,
@@ -352,7 +358,7 @@ impl Endpoint {
             params,
             noise,
         );
-        let handle = self.insert(conn);
+        let handle = self.insert(Box::new(conn));
         self.routes.insert(local_cid, handle.0);
         Ok(handle)
     }
@@ -598,7 +604,7 @@ impl Endpoint {
         let mut entropy = [0; 32];
         self.rng.fill_bytes(&mut entropy);
         let params = self.local_params(&local_cid);
-        let config = Arc::new(self.config.connection.clone());
+        let config = self.connection_config.clone();
         match handshake::accept(
             now,
             config,
@@ -612,7 +618,7 @@ impl Endpoint {
             validated,
         ) {
             Accept::Connection(conn) => {
-                let mut conn = *conn;
+                let mut conn = conn;
                 if conn.first_flight_is_ik() {
                     match self.judge_first_flight(now, &conn) {
                         // Not a replay; its client may still be a spoofed source, so only
@@ -713,7 +719,7 @@ impl Endpoint {
         let mut entropy = [0; 32];
         self.rng.fill_bytes(&mut entropy);
         let params = self.local_params(&local_cid);
-        let config = Arc::new(self.config.connection.clone());
+        let config = self.connection_config.clone();
         if let Accept::Connection(conn) = handshake::accept(
             now,
             config,
@@ -726,7 +732,7 @@ impl Endpoint {
             len,
             validated,
         ) {
-            let mut conn = *conn;
+            let mut conn = conn;
             self.seed(&mut conn);
             self.connections[idx] = Some(conn);
             self.schedule.occupy(idx);

@@ -163,7 +163,8 @@ impl ConnState {
 /// State shared by the driver and the application handles.
 pub(crate) struct Inner {
     pub(crate) proto: tern_proto::Endpoint,
-    pub(crate) conns: HashMap<ConnectionHandle, ConnState>,
+    /// Boxed: the table's spare slots cost a pointer each, not a whole state.
+    pub(crate) conns: HashMap<ConnectionHandle, Box<ConnState>>,
     next_generation: u64,
     pub(crate) incoming: VecDeque<ConnectionId>,
     pub(crate) accept_waiters: Vec<Waker>,
@@ -234,10 +235,10 @@ impl Inner {
         self.next_generation += 1;
         self.conns.insert(
             handle,
-            ConnState {
+            Box::new(ConnState {
                 generation,
                 ..ConnState::default()
-            },
+            }),
         );
         ConnectionId { handle, generation }
     }
@@ -267,6 +268,7 @@ impl Inner {
         self.conns
             .get_mut(&id.handle)
             .filter(|s| s.generation == id.generation)
+            .map(|s| &mut **s)
     }
 
     /// The core's connection for `id`, if still alive.

@@ -155,11 +155,9 @@ impl Connection {
             if ik {
                 // IK encrypts the first message to the server's key: data may ride along.
                 let budget = 1200usize.saturating_sub(payload.len() + 200);
-                let mut frames = std::mem::take(&mut self.scratch);
-                frames.clear();
+                let mut frames = Vec::new();
                 self.write_flow_frames(&mut frames, budget, &mut first_flight);
                 payload.extend_from_slice(&frames);
-                self.scratch = frames;
             }
             let mut msg = vec![if ik { PATTERN_IK } else { PATTERN_XX }];
             let Some(noise) = self.handshake.as_mut() else {
@@ -577,6 +575,8 @@ impl Connection {
     /// message 3 or its first protected packet: process the early data it held and let the
     /// endpoint hand the connection to the application (or stop counting it as half-open).
     pub(crate) fn on_client_proven(&mut self, now: Instant) {
+        // The first message was kept to judge it and to spot a damaged copy; no more.
+        self.initial_payload = Vec::new();
         match self.announce {
             Announce::Hidden => {
                 self.announce = Announce::Ready;

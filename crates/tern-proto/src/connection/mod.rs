@@ -135,7 +135,8 @@ pub struct Connection {
     /// Packet keys of both directions, with key phase and usage counts (§6.4); `None`
     /// until the handshake is done.
     pub(crate) keys: Option<KeySchedule>,
-    pub(crate) handshake: Option<Handshake>,
+    /// Boxed: a kilobyte that idle connections should not carry once it is gone.
+    pub(crate) handshake: Option<Box<Handshake>>,
     pub(crate) peer_params: Option<TransportParams>,
     pub(crate) local_params: TransportParams,
     pub(crate) peer_key: Option<PublicKey>,
@@ -176,11 +177,12 @@ pub struct Connection {
     /// each address the peer advertises later).
     pub(crate) paths_opened: bool,
     /// Makes path challenges unpredictable (seeded by the endpoint's generator).
-    pub(crate) path_rng: rand_chacha::ChaCha8Rng,
+    pub(crate) path_rng: Option<Box<rand_chacha::ChaCha8Rng>>,
+    /// Its seed (from the endpoint): the generator is built when the first challenge is
+    /// sent, so that connections that never validate a path carry 32 bytes, not 320.
+    pub(crate) path_seed: [u8; 32],
     /// Flows whose application was told the buffer was full.
     pub(crate) write_blocked: Vec<FlowId>,
-    /// Reused scratch buffers: no allocation per packet on the hot path.
-    pub(crate) scratch: Vec<u8>,
     pub(crate) drained_reported: bool,
     /// The last handshake datagram, resent until the handshake is confirmed.
     pub(crate) flight: Option<handshake::Flight>,
@@ -243,7 +245,7 @@ impl Connection {
             remote_cid,
             original_dcid,
             keys: None,
-            handshake: Some(handshake),
+            handshake: Some(Box::new(handshake)),
             peer_params: None,
             local_params,
             peer_key: None,
@@ -270,9 +272,9 @@ impl Connection {
             remove_pending: Vec::new(),
             copies: VecDeque::new(),
             paths_opened: false,
-            path_rng: rand::SeedableRng::seed_from_u64(0),
+            path_rng: None,
+            path_seed: [0; 32],
             write_blocked: Vec::new(),
-            scratch: Vec::with_capacity(2048),
             drained_reported: false,
             flight: None,
             close_resend: false,
@@ -1008,6 +1010,11 @@ impl Connection {
     pub fn poll_event(&mut self) -> Option<Event> {
         if let Some(e) = self.events.pop_front() {
             return Some(e);
+        }
+        if self.events.capacity() > 4 {
+            // A burst of events (the handshake's) grew the queue: an idle connection gives
+            // the memory back.
+            self.events = VecDeque::new();
         }
         if self.is_drained() && !self.drained_reported {
             self.drained_reported = true;

@@ -61,7 +61,10 @@ impl Connection {
     /// Queues a fresh challenge on a path (padded to 1 200 bytes when it leaves).
     fn send_challenge(&mut self, index: usize) {
         let mut data = [0u8; 8];
-        self.path_rng.fill_bytes(&mut data);
+        let seed = self.path_seed;
+        self.path_rng
+            .get_or_insert_with(|| Box::new(rand::SeedableRng::from_seed(seed)))
+            .fill_bytes(&mut data);
         let path = &mut self.paths[index];
         path.challenge = Some(data);
         path.challenges_sent = 0;

@@ -157,9 +157,13 @@ pub struct KeySchedule {
     /// Per path: the lowest packet number opened with the receive key, which tells a packet
     /// of the previous phase (below it) from one of the next (above it).
     recv_first_pn: Vec<(u32, u64)>,
-    recv_next: Generation,
+    /// Expanded on the first packet with the other key phase, not before: an AES-GCM key is
+    /// half a kilobyte that 100 000 idle connections should not each hold (its secret is
+    /// one HKDF step from `recv`'s; the key phase is visible on the wire, so deriving it
+    /// late reveals nothing).
+    recv_next: Option<Box<Generation>>,
     /// The previous receive key and when it is discarded.
-    recv_prev: Option<(PacketKey, Instant)>,
+    recv_prev: Option<Box<(PacketKey, Instant)>>,
     /// A copy of a payload, for a packet that must be tried under two keys (a failed open
     /// overwrites it).
     scratch: Vec<u8>,
@@ -184,7 +188,7 @@ impl KeySchedule {
             send_first_pn: Vec::new(),
             send_confirmed: false,
             send_since: None,
-            recv_next: recv.next(),
+            recv_next: None,
             recv,
             recv_first_pn: Vec::new(),
             recv_prev: None,
@@ -229,9 +233,7 @@ impl KeySchedule {
 
     /// Whether the previous receive key is still kept (at `now`).
     pub fn has_previous(&self, now: Instant) -> bool {
-        self.recv_prev
-            .as_ref()
-            .is_some_and(|(_, until)| now < *until)
+        self.recv_prev.as_ref().is_some_and(|prev| now < prev.1)
     }
 
     /// Packets that failed authentication so far.
@@ -354,11 +356,7 @@ impl KeySchedule {
         header: &[u8],
         payload: &mut [u8],
     ) -> Result<(usize, Opened), OpenFailure> {
-        if self
-            .recv_prev
-            .as_ref()
-            .is_some_and(|(_, until)| now >= *until)
-        {
+        if self.recv_prev.as_ref().is_some_and(|prev| now >= prev.1) {
             self.recv_prev = None;
         }
         let keep_until = now + keep;
@@ -376,7 +374,7 @@ impl KeySchedule {
             .iter()
             .find(|&&(p, _)| p == path_id)
             .map(|&(_, first)| first);
-        match (first, &self.recv_prev) {
+        match (first, self.recv_prev.as_deref()) {
             (Some(first), prev) if pn < first => {
                 let (key, _) = prev.as_ref().ok_or(OpenFailure::UnknownPhase)?;
                 let len = key
@@ -406,17 +404,17 @@ impl KeySchedule {
         header: &[u8],
         payload: &mut [u8],
     ) -> Result<(usize, Opened), OpenFailure> {
-        let len = self
-            .recv_next
+        let recv = &self.recv;
+        let next = self.recv_next.get_or_insert_with(|| Box::new(recv.next()));
+        let len = next
             .key
             .open(path_id, pn, header, payload)
             .ok_or(OpenFailure::Authentication)?;
-        let after = self.recv_next.next();
-        let old = std::mem::replace(
-            &mut self.recv,
-            std::mem::replace(&mut self.recv_next, after),
-        );
-        self.recv_prev = Some((old.key, keep_until));
+        let Some(next) = self.recv_next.take() else {
+            return Err(OpenFailure::Authentication);
+        };
+        let old = std::mem::replace(&mut self.recv, *next);
+        self.recv_prev = Some(Box::new((old.key, keep_until)));
         self.recv_first_pn.clear();
         self.note_recv_pn(path_id, pn);
         let peer_initiated = self.send.number < self.recv.number;
