@@ -49,10 +49,13 @@ struct Inputs {
 }
 
 fn build(pattern: HandshakePattern, i: &Inputs) -> Result<snow::HandshakeState, HandshakeError> {
-    let builder = snow::Builder::with_resolver(params(pattern), SeededResolver::boxed(i.entropy))
-        .local_private_key(i.local.private_bytes())
-        .and_then(|b| b.prologue(&i.prologue))
-        .map_err(|_| HandshakeError::Crypto)?;
+    let builder = snow::Builder::with_resolver(
+        params(pattern),
+        SeededResolver::boxed(i.entropy, Some(&i.local)),
+    )
+    .local_private_key(i.local.private_bytes())
+    .and_then(|b| b.prologue(&i.prologue))
+    .map_err(|_| HandshakeError::Crypto)?;
     let builder = match &i.remote {
         Some(key) if i.initiator => builder
             .remote_public_key(&key.0)

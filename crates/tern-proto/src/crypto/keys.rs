@@ -59,7 +59,7 @@ impl StaticKeypair {
     pub fn generate(entropy: [u8; 32]) -> Self {
         let builder = snow::Builder::with_resolver(
             super::handshake::params(super::HandshakePattern::XX),
-            super::SeededResolver::boxed(entropy),
+            super::SeededResolver::boxed(entropy, None),
         );
         // X25519 key generation from our resolver cannot fail: both primitives are built in.
         let pair = builder
@@ -102,16 +102,9 @@ impl fmt::Debug for StaticKeypair {
     }
 }
 
-/// Derives an X25519 public key through snow's DH implementation.
+/// Derives an X25519 public key.
 fn x25519_public(private: &[u8; KEY_LEN]) -> [u8; KEY_LEN] {
-    use snow::resolvers::CryptoResolver;
-    let mut dh = snow::resolvers::DefaultResolver
-        .resolve_dh(&snow::params::DHChoice::Curve25519)
-        .expect("snow's default resolver has X25519");
-    dh.set(private);
-    let mut out = [0; KEY_LEN];
-    out.copy_from_slice(dh.pubkey());
-    out
+    super::x25519::public_of(private).expect("any 32 bytes are an X25519 private key")
 }
 
 fn parse_hex(text: &str) -> Option<[u8; KEY_LEN]> {

@@ -11,6 +11,7 @@ mod keys;
 mod packet;
 mod replay;
 mod token;
+mod x25519;
 
 pub use first_flight::{FirstFlightRegister, Freshness, Unproven};
 pub use handshake::{Handshake, HandshakePattern};
@@ -36,16 +37,23 @@ impl snow::types::Random for SeededRandom {
     }
 }
 
-/// Resolves every Noise primitive from snow's default set, except the RNG, which is ours.
+/// Resolves the Noise primitives: the RNG is ours (seeded), X25519 is aws-lc-rs's
+/// (`x25519.rs`), the hash and cipher are snow's defaults.
 struct SeededResolver {
     seed: [u8; 32],
+    /// The endpoint's static pair (private, public), so that setting it costs nothing.
+    known: Option<([u8; 32], [u8; 32])>,
     inner: snow::resolvers::DefaultResolver,
 }
 
 impl SeededResolver {
-    fn boxed(seed: [u8; 32]) -> snow::resolvers::BoxedCryptoResolver {
+    fn boxed(
+        seed: [u8; 32],
+        known: Option<&StaticKeypair>,
+    ) -> snow::resolvers::BoxedCryptoResolver {
         Box::new(Self {
             seed,
+            known: known.map(|k| (*k.private_bytes(), k.public().0)),
             inner: snow::resolvers::DefaultResolver,
         })
     }
@@ -59,7 +67,12 @@ impl snow::resolvers::CryptoResolver for SeededResolver {
         ))))
     }
     fn resolve_dh(&self, choice: &snow::params::DHChoice) -> Option<Box<dyn snow::types::Dh>> {
-        self.inner.resolve_dh(choice)
+        match choice {
+            snow::params::DHChoice::Curve25519 => {
+                Some(Box::new(x25519::AwsX25519::new(self.known)))
+            }
+            _ => self.inner.resolve_dh(choice),
+        }
     }
     fn resolve_hash(
         &self,
