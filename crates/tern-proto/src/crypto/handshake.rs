@@ -51,7 +51,11 @@ struct Inputs {
 fn build(pattern: HandshakePattern, i: &Inputs) -> Result<snow::HandshakeState, HandshakeError> {
     let builder = snow::Builder::with_resolver(
         params(pattern),
-        SeededResolver::boxed(i.entropy, Some(&i.local)),
+        SeededResolver::boxed(
+            i.entropy,
+            Some(&i.local),
+            i.remote.as_ref().filter(|_| i.initiator),
+        ),
     )
     .local_private_key(i.local.private_bytes())
     .and_then(|b| b.prologue(&i.prologue))
@@ -227,6 +231,30 @@ impl Handshake {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_reconnecting_to_a_server_reuses_their_static_dh_and_still_agrees() {
+        let server_key = StaticKeypair::generate([1; 32]);
+        let client_key = StaticKeypair::generate([2; 32]);
+        let other_server = StaticKeypair::generate([9; 32]);
+        for (i, server) in [&server_key, &server_key, &other_server].into_iter().enumerate() {
+            let key = server.public();
+            let mut client =
+                Handshake::initiator(&client_key, Some(&key), b"p", [i as u8; 32]).unwrap();
+            let mut responder =
+                Handshake::responder(server, HandshakePattern::IK, b"p", [7; 32]).unwrap();
+            let (mut m, mut p) = (Vec::new(), Vec::new());
+            client.write(b"hi", &mut m).unwrap();
+            responder.read(&m, &mut p).unwrap();
+            m.clear();
+            responder.write(b"ok", &mut m).unwrap();
+            client.read(&m, &mut p).unwrap();
+            assert!(client.is_finished() && responder.is_finished());
+        }
+        // One remembered secret per server the client initiated to; none on the servers.
+        assert_eq!(client_key.static_dh.lock().unwrap().len(), 2);
+        assert!(server_key.static_dh.lock().unwrap().is_empty());
+    }
 
     fn run(pattern_known: bool) -> (Handshake, Handshake) {
         let server_key = StaticKeypair::generate([1; 32]);

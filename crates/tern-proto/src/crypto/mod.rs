@@ -43,6 +43,9 @@ struct SeededResolver {
     seed: [u8; 32],
     /// The endpoint's static pair (private, public), so that setting it costs nothing.
     known: Option<([u8; 32], [u8; 32])>,
+    /// The initiator's knowledge of the responder's static key, and the keypair's cache of
+    /// DH results with such keys.
+    remembered: Option<(x25519::StaticDhCache, [u8; 32])>,
     inner: snow::resolvers::DefaultResolver,
 }
 
@@ -50,10 +53,12 @@ impl SeededResolver {
     fn boxed(
         seed: [u8; 32],
         known: Option<&StaticKeypair>,
+        remote: Option<&PublicKey>,
     ) -> snow::resolvers::BoxedCryptoResolver {
         Box::new(Self {
             seed,
             known: known.map(|k| (*k.private_bytes(), k.public().0)),
+            remembered: known.zip(remote).map(|(k, r)| (k.static_dh.clone(), r.0)),
             inner: snow::resolvers::DefaultResolver,
         })
     }
@@ -68,9 +73,10 @@ impl snow::resolvers::CryptoResolver for SeededResolver {
     }
     fn resolve_dh(&self, choice: &snow::params::DHChoice) -> Option<Box<dyn snow::types::Dh>> {
         match choice {
-            snow::params::DHChoice::Curve25519 => {
-                Some(Box::new(x25519::AwsX25519::new(self.known)))
-            }
+            snow::params::DHChoice::Curve25519 => Some(Box::new(x25519::AwsX25519::new(
+                self.known,
+                self.remembered.clone(),
+            ))),
             _ => self.inner.resolve_dh(choice),
         }
     }

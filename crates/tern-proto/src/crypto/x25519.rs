@@ -3,7 +3,16 @@
 //! scalar multiplication; a handshake does four on each side). Keys still come from our
 //! seeded RNG, so simulations stay reproducible.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use aws_lc_rs::agreement::{self, PrivateKey, UnparsedPublicKey, X25519};
+
+/// Remembered static–static shared secrets, by the peer's static public key.
+pub(crate) type StaticDhCache = Arc<Mutex<HashMap<[u8; 32], [u8; 32]>>>;
+
+/// Most peers remembered (beyond, the cache starts again).
+const REMEMBERED_PEERS: usize = 64;
 
 /// snow's `Dh` over aws-lc-rs X25519. The endpoint's static pair is given up front, so that
 /// setting it (every handshake) costs a comparison, not a base-point multiplication.
@@ -13,15 +22,25 @@ pub(super) struct AwsX25519 {
     key: Option<PrivateKey>,
     /// The endpoint's static key pair, if known.
     known: Option<([u8; 32], [u8; 32])>,
+    /// Whether the loaded key is that static key.
+    is_static: bool,
+    /// The peer's static key as the initiator knows it, and where DH results with it are
+    /// remembered.
+    remembered: Option<(StaticDhCache, [u8; 32])>,
 }
 
 impl AwsX25519 {
-    pub(super) fn new(known: Option<([u8; 32], [u8; 32])>) -> Self {
+    pub(super) fn new(
+        known: Option<([u8; 32], [u8; 32])>,
+        remembered: Option<(StaticDhCache, [u8; 32])>,
+    ) -> Self {
         Self {
             private: [0; 32],
             public: [0; 32],
             key: None,
             known,
+            is_static: false,
+            remembered,
         }
     }
 
@@ -33,6 +52,7 @@ impl AwsX25519 {
                 .ok()
                 .map(|()| public)
         });
+        self.is_static = known_public.is_some();
         self.public = match (known_public, &self.key) {
             (Some(public), _) => public,
             (None, Some(key)) => key
@@ -90,6 +110,35 @@ impl snow::types::Dh for AwsX25519 {
     /// Refuses a low-order peer key (an all-zero shared secret), which snow's default
     /// accepts: such a handshake fails instead of running on a secret anyone knows.
     fn dh(&self, pubkey: &[u8], out: &mut [u8]) -> Result<(), snow::Error> {
+        let remembered = self
+            .remembered
+            .as_ref()
+            .filter(|(_, peer)| self.is_static && pubkey.get(..32) == Some(&peer[..]));
+        if let Some((cache, peer)) = remembered {
+            let cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(secret) = cache.get(peer) {
+                let n = out.len().min(32);
+                out[..n].copy_from_slice(&secret[..n]);
+                return Ok(());
+            }
+        }
+        self.agree(pubkey, out)?;
+        if let Some((cache, peer)) = remembered {
+            let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+            if cache.len() >= REMEMBERED_PEERS {
+                cache.clear();
+            }
+            let mut secret = [0; 32];
+            let n = out.len().min(32);
+            secret[..n].copy_from_slice(&out[..n]);
+            cache.insert(*peer, secret);
+        }
+        Ok(())
+    }
+}
+
+impl AwsX25519 {
+    fn agree(&self, pubkey: &[u8], out: &mut [u8]) -> Result<(), snow::Error> {
         let key = self.key.as_ref().ok_or(snow::Error::Dh)?;
         let peer = UnparsedPublicKey::new(&X25519, pubkey.get(..32).ok_or(snow::Error::Dh)?);
         agreement::agree(key, peer, snow::Error::Dh, |secret| {
@@ -121,14 +170,14 @@ mod tests {
         let bob_pub = hex("de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f");
         let shared = hex("4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742");
         assert_eq!(public_of(&alice), Some(alice_pub));
-        let mut a = AwsX25519::new(None);
+        let mut a = AwsX25519::new(None, None);
         a.set(&alice);
         assert_eq!(a.pubkey(), alice_pub);
         let mut out = [0; 32];
         a.dh(&bob_pub, &mut out).unwrap();
         assert_eq!(out, shared);
         // The known pair is taken as given.
-        let mut b = AwsX25519::new(Some((bob, bob_pub)));
+        let mut b = AwsX25519::new(Some((bob, bob_pub)), None);
         b.set(&bob);
         assert_eq!(b.pubkey(), bob_pub);
         b.dh(&alice_pub, &mut out).unwrap();
@@ -137,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_low_order_peer_key_is_refused() {
-        let mut a = AwsX25519::new(None);
+        let mut a = AwsX25519::new(None, None);
         a.set(&[9; 32]);
         let mut out = [0; 32];
         assert!(a.dh(&[0; 32], &mut out).is_err());
