@@ -108,10 +108,15 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("cpu_client_s_per_gb", "client", 1.0, 2),
             ("cpu_server_s_per_gb", "server", 1.0, 2),
             ("goodput_vs_tcp", "goodput/TCP", 1.0, 2),
+            ("goodput_vs_tcp-tls", "goodput/TLS", 1.0, 2),
+            ("goodput_vs_quic", "goodput/quinn", 1.0, 2),
+            ("cpu_s_per_gb_vs_quic", "CPU/quinn", 1.0, 2),
             ("sender_packets_lost", "lost pkts", 1.0, 0),
             ("sender_spurious_losses", "spurious", 1.0, 0),
             ("sender_bytes_retransmitted", "resent kB", 1e-3, 0),
-            ("rcvbuf_errors", "rcvbuf drops", 1.0, 0),
+            ("udp_rcvbuf_errors", "UDP rcvbuf errs", 1.0, 0),
+            ("udp_sndbuf_errors", "UDP sndbuf errs", 1.0, 0),
+            ("udp_in_errors", "UDP in errs", 1.0, 0),
             ("receiver_socket_drops", "socket drops", 1.0, 0),
         ],
         "multipath" => vec![
@@ -308,6 +313,9 @@ pub fn html_table(run: &RunFile) -> String {
 
 /// Markdown tables of a run. `mar` is pivoted (protocols × three sizes) to stay readable.
 pub fn markdown(run: &RunFile) -> String {
+    if run.scenario == "scale" {
+        return crate::scale::markdown(run);
+    }
     let rows = merged_rows(run);
     let mut m = String::new();
     let _ = writeln!(
