@@ -129,6 +129,8 @@ struct Accepts {
     /// ns since `mark` of the latest accept.
     last_ns: AtomicU64,
     mark: Mutex<Option<Instant>>,
+    /// Accepts per second since `mark`.
+    bins: Mutex<Vec<u64>>,
 }
 
 impl Accepts {
@@ -137,8 +139,14 @@ impl Accepts {
         self.live.fetch_add(1, Ordering::Relaxed);
         let mark = *self.mark.lock().expect("mark");
         if let Some(m) = mark {
-            self.last_ns
-                .fetch_max(m.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            let ns = m.elapsed().as_nanos() as u64;
+            self.last_ns.fetch_max(ns, Ordering::Relaxed);
+            let bin = (ns / 1_000_000_000) as usize;
+            let mut b = self.bins.lock().expect("bins");
+            if b.len() <= bin {
+                b.resize(bin + 1, 0);
+            }
+            b[bin] += 1;
         }
     }
 }
@@ -164,6 +172,7 @@ pub fn server_agent(proto: Proto, threads: usize) -> anyhow::Result<()> {
                     "mark" => {
                         acc.accepted.store(0, Ordering::Relaxed);
                         acc.last_ns.store(0, Ordering::Relaxed);
+                        acc.bins.lock().expect("bins").clear();
                         *acc.mark.lock().expect("mark") = Some(Instant::now());
                         print_line(&json!({"marked": true}));
                     }
@@ -171,6 +180,7 @@ pub fn server_agent(proto: Proto, threads: usize) -> anyhow::Result<()> {
                         "accepted": acc.accepted.load(Ordering::Relaxed),
                         "live": acc.live.load(Ordering::Relaxed),
                         "last_accept_s": acc.last_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                        "accepts_per_s_bins": *acc.bins.lock().expect("bins"),
                     }})),
                 }
             }
@@ -673,14 +683,33 @@ fn start_pair(proto: Proto, threads: usize, logs: &Path, tag: &str) -> anyhow::R
     Ok(Pair { server, client })
 }
 
+/// The host's UDP error counters (both agents run in its namespace).
+fn udp_counters() -> Option<sysinfo::UdpCounters> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let snmp6 = std::fs::read_to_string("/proc/net/snmp6").unwrap_or_default();
+    sysinfo::udp_counters(&snmp, &snmp6)
+}
+
+/// Puts the UDP counters' growth since `before` into `v`.
+fn put_udp(v: &mut Value, before: Option<sysinfo::UdpCounters>) {
+    if let (Some(b), Some(a)) = (before, udp_counters()) {
+        let d = a.since(&b);
+        v["udp_rcvbuf_errors"] = json!(d.rcvbuf_errors);
+        v["udp_sndbuf_errors"] = json!(d.sndbuf_errors);
+        v["udp_in_errors"] = json!(d.in_errors);
+    }
+}
+
 /// One handshake test: `clients` tasks for `secs`; the server's CPU over it.
 fn run_handshakes(p: &mut Pair, clients: u32, secs: f64) -> anyhow::Result<Value> {
+    let udp0 = udp_counters();
     let cpu0 = p.server.cpu();
     let mut v = p.client.ask(
         &format!("handshakes {clients} {secs}"),
         Duration::from_secs_f64(secs + 60.0),
     )?;
     v["server_cpu_s"] = json!(p.server.cpu() - cpu0);
+    put_udp(&mut v, udp0);
     Ok(v)
 }
 
@@ -692,6 +721,7 @@ fn run_idle(p: &mut Pair, n: u64, idle_s: f64) -> anyhow::Result<Value> {
     let (s0, c0) = (p.server.rss_bytes(), p.client.rss_bytes());
     let (slab0, tcpmem0) = kernel_memory();
     let (scpu0, ccpu0) = (p.server.cpu(), p.client.cpu());
+    let udp0 = udp_counters();
     p.server.ask("mark", Duration::from_secs(10))?;
     let opened = p.client.ask(&format!("open {n}"), long)?;
     let accept = p.server.ask("stats", Duration::from_secs(10))?;
@@ -703,13 +733,14 @@ fn run_idle(p: &mut Pair, n: u64, idle_s: f64) -> anyhow::Result<Value> {
     let count = p.client.ask("count", Duration::from_secs(30))?;
     let got = opened["opened"].as_u64().unwrap_or(0);
     let per = |a: f64, b: f64| (got > 0).then(|| (a - b) / got as f64);
-    Ok(json!({
+    let mut v = json!({
         "n": n,
         "warm": warm,
         "open": opened,
         "opened": got,
         "server_accepted": accept["stats"]["accepted"],
         "accept_s": accept["stats"]["last_accept_s"],
+        "accepts_per_s_bins": accept["stats"]["accepts_per_s_bins"],
         "server_live_after_idle": after["stats"]["live"],
         "client_open_after_idle": count["open"],
         "idle_s": idle_s,
@@ -721,7 +752,9 @@ fn run_idle(p: &mut Pair, n: u64, idle_s: f64) -> anyhow::Result<Value> {
         "kernel_tcp_mem_bytes_per_conn": per(tcpmem1, tcpmem0),
         "server_cpu_s": scpu,
         "client_cpu_s": ccpu,
-    }))
+    });
+    put_udp(&mut v, udp0);
+    Ok(v)
 }
 
 /// Runs `tern-bench run scale [--quick] [--threads 1,2] [--count N] [--protocols …]` and
@@ -962,6 +995,11 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
             }
             _ => {}
         }
+        if !x.is_null() {
+            for k in ["udp_rcvbuf_errors", "udp_sndbuf_errors", "udp_in_errors"] {
+                m.insert(k.to_string(), num(&x[k]));
+            }
+        }
         let mut params = case.params.clone();
         if case.error.is_some() {
             params.insert("error".into(), json!(true));
@@ -1038,7 +1076,7 @@ pub fn markdown(run: &RunFile) -> String {
     let rows = &run.summary;
     let text = |r: &Row, k: &str| r.text(k);
     m += "Handshakes per second (client connects, can send, closes; `clients` at once, each sequential), server tokio threads; CPU µs per handshake of the server process; ratios of tern's row:\n\n";
-    m += "| threads | clients | protocol | handshakes/s | p50 ms | p99 ms | errors | server CPU µs/hs | client CPU µs/hs | tern/quinn | tern/TLS |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    m += "| threads | clients | protocol | handshakes/s | p50 ms | p99 ms | errors | server CPU µs/hs | client CPU µs/hs | UDP rcvbuf errs | tern/quinn | tern/TLS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     let tern_ratio = |r: &Row, key: &str, base: &str| {
         rows.iter()
             .find(|t| {
@@ -1056,7 +1094,7 @@ pub fn markdown(run: &RunFile) -> String {
         let first = r.protocol == "tern";
         let _ = writeln!(
             m,
-            "| {} | {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             text(r, "threads"),
             text(r, "clients"),
             if first { "**tern**" } else { &r.protocol },
@@ -1071,6 +1109,7 @@ pub fn markdown(run: &RunFile) -> String {
             cell(r, "errors", 1.0, 0),
             cell(r, "server_cpu_us_per_handshake", 1.0, 0),
             cell(r, "client_cpu_us_per_handshake", 1.0, 0),
+            cell(r, "udp_rcvbuf_errors", 1.0, 0),
             if first {
                 tern_ratio(r, "handshakes_per_s", "quic")
             } else {
@@ -1084,12 +1123,12 @@ pub fn markdown(run: &RunFile) -> String {
         );
     }
     m += "\nIdle connections: bytes of RSS per connection at each end (ΔVmRSS / N after the connections sat idle), the kernel's slab and TCP buffer memory per connection (both ends, no RSS shows it), the server's time to accept the N (100 in flight) and its CPU per accepted connection:\n\n";
-    m += "| N | protocol | opened | server B/conn | client B/conn | kernel slab B/conn | kernel TCP buf B/conn | accept s | accepts/s | server CPU µs/conn | server B tern/quinn | server B tern/TLS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    m += "| N | protocol | opened | server B/conn | client B/conn | kernel slab B/conn | kernel TCP buf B/conn | accept s | accepts/s | server CPU µs/conn | UDP rcvbuf errs | server B tern/quinn | server B tern/TLS |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows.iter().filter(|r| r.text("test") == "idle") {
         let first = r.protocol == "tern";
         let _ = writeln!(
             m,
-            "| {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             text(r, "n"),
             if first { "**tern**" } else { &r.protocol },
             if r.params.contains_key("error") {
@@ -1105,6 +1144,7 @@ pub fn markdown(run: &RunFile) -> String {
             cell(r, "accept_s", 1.0, 2),
             cell(r, "accepts_per_s", 1.0, 0),
             cell(r, "server_cpu_us_per_accept", 1.0, 0),
+            cell(r, "udp_rcvbuf_errors", 1.0, 0),
             if first {
                 tern_ratio(r, "server_bytes_per_conn", "quic")
             } else {
@@ -1211,7 +1251,7 @@ mod tests {
             ..run
         });
         assert!(md.contains("| 1 | 100 | **tern** | 2000 |"), "{md}");
-        assert!(md.contains("| 2.00 | 0.50 |"), "{md}");
+        assert!(md.contains("| – | 2.00 | 0.50 |"), "{md}");
         assert!(
             md.contains("| 10000 | **tern** | 10000 | 2000 | 1000 |"),
             "{md}"
