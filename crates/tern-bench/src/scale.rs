@@ -799,7 +799,7 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
         schema: SCHEMA,
         scenario: "scale".into(),
         profile: "loopback".into(),
-        variant: String::new(),
+        variant: variant(q, opts),
         date: sysinfo::now_rfc3339(),
         duration_s: 0.0,
         command: std::env::args().collect(),
@@ -927,6 +927,28 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
     eprintln!("wrote {} in {:.0} s", path.display(), file.duration_s);
     println!("{}", markdown(&file));
     Ok(path)
+}
+
+/// The results file's variant: `quick`, and what `--count`, `--threads` and `--protocols`
+/// changed (`n2000`, `t2`, `tern-quic`), so that such runs never overwrite the standard ones.
+fn variant(quick: bool, o: &RunOpts) -> String {
+    let mut v = Vec::new();
+    if quick {
+        v.push("quick".to_string());
+    }
+    if let Some(n) = o.count {
+        v.push(format!("n{n}"));
+    }
+    if let Some(t) = &o.threads {
+        v.push(format!(
+            "t{}",
+            t.iter().map(u32::to_string).collect::<Vec<_>>().join("-")
+        ));
+    }
+    if let Some(p) = &o.protocols {
+        v.push(p.iter().map(|p| p.name()).collect::<Vec<_>>().join("-"));
+    }
+    v.join("-")
 }
 
 fn num(v: &Value) -> f64 {
