@@ -438,9 +438,17 @@ async fn handshakes(client: Arc<Client>, clients: u32, secs: f64) -> Value {
     })
 }
 
-/// Opens `n` connections, `conc` at a time, into `held`. Gives up after 1 000 failures.
-async fn open(client: Arc<Client>, held: Arc<Mutex<Vec<Held>>>, n: u64, conc: u64) -> Value {
+/// Opens `n` connections, `conc` at a time, into `held`. Gives up after 1 000 failures or
+/// `limit_s` seconds.
+async fn open(
+    client: Arc<Client>,
+    held: Arc<Mutex<Vec<Held>>>,
+    n: u64,
+    conc: u64,
+    limit_s: f64,
+) -> Value {
     let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs_f64(limit_s);
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let first_error: Arc<Mutex<Option<String>>> = Arc::default();
@@ -456,7 +464,7 @@ async fn open(client: Arc<Client>, held: Arc<Mutex<Vec<Held>>>, n: u64, conc: u6
             );
             tokio::spawn(async move {
                 loop {
-                    if failed.load(Ordering::Relaxed) >= 1_000 {
+                    if failed.load(Ordering::Relaxed) >= 1_000 || Instant::now() >= deadline {
                         return;
                     }
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -482,16 +490,19 @@ async fn open(client: Arc<Client>, held: Arc<Mutex<Vec<Held>>>, n: u64, conc: u6
     }
     let opened = held.lock().expect("held").len() as u64 - base;
     let first_error = first_error.lock().expect("error").clone();
+    let elapsed = t0.elapsed().as_secs_f64();
     json!({
+        "timed_out": opened < n && elapsed >= limit_s,
+        "limit_s": limit_s,
         "opened": opened,
         "failed": failed.load(Ordering::Relaxed),
         "first_error": first_error,
-        "elapsed_s": t0.elapsed().as_secs_f64(),
+        "elapsed_s": elapsed,
     })
 }
 
 /// `tern-bench agent-scale-client --spec JSON`: a client of the server in [`ClientSpec`].
-/// Per stdin line it answers one JSON line: `handshakes CLIENTS SECS`, `open N`, `count`
+/// Per stdin line it answers one JSON line: `handshakes CLIENTS SECS`, `open N LIMIT_S`, `count`
 /// (connections held and still open). Exits when stdin closes.
 pub fn client_agent(spec: &str) -> anyhow::Result<()> {
     raise_nofile();
@@ -517,8 +528,15 @@ pub fn client_agent(spec: &str) -> anyhow::Result<()> {
             let w: Vec<&str> = line.split_whitespace().collect();
             let v = match w.as_slice() {
                 ["handshakes", c, s] => handshakes(client.clone(), c.parse()?, s.parse()?).await,
-                ["open", n] => {
-                    open(client.clone(), held.clone(), n.parse()?, OPEN_CONCURRENCY).await
+                ["open", n, limit] => {
+                    open(
+                        client.clone(),
+                        held.clone(),
+                        n.parse()?,
+                        OPEN_CONCURRENCY,
+                        limit.parse()?,
+                    )
+                    .await
                 }
                 ["count"] => {
                     let h = held.lock().expect("held");
@@ -714,16 +732,16 @@ fn run_handshakes(p: &mut Pair, clients: u32, secs: f64) -> anyhow::Result<Value
 }
 
 /// The idle-connection test: warm-up, baseline, N connections, idleness, RSS.
-fn run_idle(p: &mut Pair, n: u64, idle_s: f64) -> anyhow::Result<Value> {
-    let long = Duration::from_secs(900);
-    let warm = p.client.ask(&format!("open {WARM_CONNS}"), long)?;
+fn run_idle(p: &mut Pair, n: u64, idle_s: f64, limit_s: f64) -> anyhow::Result<Value> {
+    let long = Duration::from_secs_f64(limit_s + 120.0);
+    let warm = p.client.ask(&format!("open {WARM_CONNS} 60"), long)?;
     std::thread::sleep(Duration::from_secs(1));
     let (s0, c0) = (p.server.rss_bytes(), p.client.rss_bytes());
     let (slab0, tcpmem0) = kernel_memory();
     let (scpu0, ccpu0) = (p.server.cpu(), p.client.cpu());
     let udp0 = udp_counters();
     p.server.ask("mark", Duration::from_secs(10))?;
-    let opened = p.client.ask(&format!("open {n}"), long)?;
+    let opened = p.client.ask(&format!("open {n} {limit_s}"), long)?;
     let accept = p.server.ask("stats", Duration::from_secs(10))?;
     let (scpu, ccpu) = (p.server.cpu() - scpu0, p.client.cpu() - ccpu0);
     std::thread::sleep(Duration::from_secs_f64(idle_s));
@@ -776,6 +794,9 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
         None => vec![10_000, 100_000],
     };
     let mem_threads = threads.iter().copied().max().unwrap_or(1);
+    // Opening N stops after this long (a server whose accept rate falls with the number of
+    // connections could take hours); the row then says how many were opened.
+    let open_limit_s = if q { 120.0 } else { 300.0 };
     let protocols: Vec<Proto> = match &opts.protocols {
         Some(p) => p.clone(),
         None => PROTOCOLS.to_vec(),
@@ -813,6 +834,7 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
             "idle_connections": ns,
             "idle_threads": mem_threads,
             "idle_wait_s": IDLE_WAIT_S,
+            "open_limit_s": open_limit_s,
             "idle_timeout_s": IDLE_TIMEOUT_S,
             "warm_connections": WARM_CONNS,
             "open_concurrency": OPEN_CONCURRENCY,
@@ -895,7 +917,7 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
             let tag = format!("{proto}-idle-{n}");
             let t0 = Instant::now();
             let r = start_pair(proto, mem_threads, &logs, &tag)
-                .and_then(|mut p| run_idle(&mut p, n, IDLE_WAIT_S));
+                .and_then(|mut p| run_idle(&mut p, n, IDLE_WAIT_S, open_limit_s));
             let mut case = Case {
                 protocol: proto.name().into(),
                 params: BTreeMap::from([
@@ -908,9 +930,14 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
             match r {
                 Ok(v) => {
                     if v["opened"].as_u64().unwrap_or(0) < n {
+                        let why = if v["open"]["timed_out"].as_bool() == Some(true) {
+                            format!("stopped after {open_limit_s} s")
+                        } else {
+                            v["open"]["first_error"].to_string()
+                        };
                         case.error = Some(format!(
-                            "opened {} of {n}: {}",
-                            v["opened"], v["open"]["first_error"]
+                            "opened {} of {n}: {why} (failures: {}, first: {})",
+                            v["opened"], v["open"]["failed"], v["open"]["first_error"]
                         ));
                     }
                     case.extra = v;
