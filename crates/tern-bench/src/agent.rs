@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use crate::proto::{mux, quic, stream, tcp, ternp, udp};
+use crate::proto::{mux, quic, stream, tcp, ternp, tls, udp};
 use crate::spec::{AgentSpec, ClientReport, Proto, Ready, Role, Work};
 use crate::sysinfo;
 
@@ -48,6 +48,11 @@ fn stream_transport(spec: &AgentSpec) -> anyhow::Result<Box<dyn stream::Transpor
             cc: "cubic".into(),
             mptcp: true,
         }),
+        Proto::TcpTls => Box::new(tls::TcpTls::client(
+            spec.credential
+                .as_deref()
+                .context("tcp-tls: the client needs the certificate")?,
+        )?),
         #[cfg(tern_bench_udt)]
         Proto::Udt => Box::new(crate::proto::cshim::Udt::new()),
         #[cfg(tern_bench_srt)]
@@ -122,12 +127,17 @@ fn server(spec: &AgentSpec) -> anyhow::Result<()> {
             Ok(())
         }
         _ => {
-            let t = stream_transport(spec)?;
+            let (t, credential): (Box<dyn stream::Transport>, _) = if spec.proto == Proto::TcpTls {
+                let (t, cert) = tls::TcpTls::server()?;
+                (Box::new(t), Some(cert))
+            } else {
+                (stream_transport(spec)?, None)
+            };
             let l = t.listen(spec.addr).context("listen")?;
             print_line(&Ready {
                 ready: true,
                 addr: l.local_addr()?,
-                credential: None,
+                credential,
             })?;
             stream::serve(l)?;
             Ok(())
@@ -231,7 +241,10 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
                     report.error = e;
                 }
             }
-            if matches!(spec.proto, Proto::Tcp | Proto::TcpBbr | Proto::Mptcp) {
+            if matches!(
+                spec.proto,
+                Proto::Tcp | Proto::TcpBbr | Proto::Mptcp | Proto::TcpTls
+            ) {
                 report.extra = Value::from(tcp::congestion_of(
                     if spec.proto == Proto::TcpBbr {
                         "bbr"

@@ -23,6 +23,7 @@ pub mod report;
 pub mod results;
 pub mod robust;
 pub mod runner;
+pub mod scale;
 pub mod scenario;
 pub mod spec;
 pub mod sysinfo;
@@ -42,6 +43,10 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
     if opts.scenario == "robustness" {
         // Its own collector: real processes on loopback, a relay and an attacker.
         return robust::run(opts, out);
+    }
+    if opts.scenario == "scale" {
+        // Its own collector too: server and client processes on loopback, driven by stdin.
+        return scale::run(opts, out);
     }
     let plan = scenario::plan(opts)?;
     let started = Instant::now();

@@ -43,14 +43,15 @@ enum Cmd {
         /// A short version (a few minutes).
         #[arg(long)]
         quick: bool,
-        /// Comma-separated protocols (default: the scenario's): tern, tcp, tcp-bbr, mptcp,
-        /// quic, udp, rtp, udt, srt.
+        /// Comma-separated protocols (default: the scenario's): tern, tcp, tcp-bbr, tcp-tls,
+        /// mptcp, quic, udp, rtp, udt, srt.
         #[arg(long, value_delimiter = ',')]
         protocols: Option<Vec<Proto>>,
         /// Comma-separated RTTs in ms (short-flows; first value for long-flow and startup).
         #[arg(long, value_delimiter = ',')]
         rtt: Option<Vec<f64>>,
-        /// Comma-separated thread counts (short-flows).
+        /// Comma-separated thread counts (short-flows; scale: the server's tokio worker
+        /// threads).
         #[arg(long, value_delimiter = ',')]
         threads: Option<Vec<u32>>,
         /// Comma-separated tern drivers, tern runs once per mode: `flows` (one two-way flow
@@ -73,7 +74,8 @@ enum Cmd {
         /// Seed of flow sizes and emulator losses.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Requests per size (mar, echo-sizes) or flows per thread (short-flows).
+        /// Requests per size (mar, echo-sizes), flows per thread (short-flows) or idle
+        /// connections (scale).
         #[arg(long)]
         count: Option<u32>,
         /// Extra tern-netem settings for every link direction, e.g. "queue=50ms".
@@ -114,6 +116,20 @@ enum Cmd {
     AgentRobust {
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// Internal: the server of `scale` (see `tern_bench::scale`).
+    #[command(hide = true, name = "agent-scale-server")]
+    AgentScaleServer {
+        #[arg(long)]
+        proto: Proto,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// Internal: the client of `scale`.
+    #[command(hide = true, name = "agent-scale-client")]
+    AgentScaleClient {
+        #[arg(long)]
+        spec: String,
     },
     /// Internal: burn CPU.
     #[command(hide = true, name = "agent-hog")]
@@ -224,6 +240,10 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Cmd::AgentRobust { seed } => tern_bench::robust::server_agent(seed)?,
+        Cmd::AgentScaleServer { proto, threads } => {
+            tern_bench::scale::server_agent(proto, threads)?
+        }
+        Cmd::AgentScaleClient { spec } => tern_bench::scale::client_agent(&spec)?,
         Cmd::AgentHog {
             load,
             threads,

@@ -30,6 +30,7 @@ pub fn colour(name: &str) -> RGBColor {
         "tern" => RGBColor(214, 39, 40),
         "tcp" => RGBColor(31, 119, 180),
         "tcp-bbr" => RGBColor(23, 190, 207),
+        "tcp-tls" => RGBColor(57, 59, 121),
         "mptcp" => RGBColor(148, 103, 189),
         "quic" => RGBColor(44, 160, 44),
         "udp" => RGBColor(127, 127, 127),

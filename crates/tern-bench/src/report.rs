@@ -102,16 +102,35 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("client_auth_failures", "client auth fail", 1.0, 0),
             ("client_ep_resets_sent", "client resets sent", 1.0, 0),
         ],
+        "scale" => vec![
+            ("handshakes_per_s", "handshakes/s", 1.0, 0),
+            ("latency_p99_ms", "p99 ms", 1.0, 2),
+            ("server_cpu_us_per_handshake", "server CPU µs/hs", 1.0, 0),
+            ("opened", "opened", 1.0, 0),
+            ("server_bytes_per_conn", "server B/conn", 1.0, 0),
+            ("client_bytes_per_conn", "client B/conn", 1.0, 0),
+            ("accept_s", "accept s", 1.0, 2),
+            ("udp_rcvbuf_errors", "UDP rcvbuf errs", 1.0, 0),
+            ("handshakes_per_s_vs_quic", "hs/quinn", 1.0, 2),
+            ("handshakes_per_s_vs_tcp-tls", "hs/TLS", 1.0, 2),
+            ("server_bytes_per_conn_vs_quic", "B/quinn", 1.0, 2),
+            ("server_bytes_per_conn_vs_tcp-tls", "B/TLS", 1.0, 2),
+        ],
         "bulk" => vec![
             ("goodput_mbps", "goodput Gbit/s", 1e-3, 2),
             ("cpu_s_per_gb", "CPU s/GB", 1.0, 2),
             ("cpu_client_s_per_gb", "client", 1.0, 2),
             ("cpu_server_s_per_gb", "server", 1.0, 2),
             ("goodput_vs_tcp", "goodput/TCP", 1.0, 2),
+            ("goodput_vs_tcp-tls", "goodput/TLS", 1.0, 2),
+            ("goodput_vs_quic", "goodput/quinn", 1.0, 2),
+            ("cpu_s_per_gb_vs_quic", "CPU/quinn", 1.0, 2),
             ("sender_packets_lost", "lost pkts", 1.0, 0),
             ("sender_spurious_losses", "spurious", 1.0, 0),
             ("sender_bytes_retransmitted", "resent kB", 1e-3, 0),
-            ("rcvbuf_errors", "rcvbuf drops", 1.0, 0),
+            ("udp_rcvbuf_errors", "UDP rcvbuf errs", 1.0, 0),
+            ("udp_sndbuf_errors", "UDP sndbuf errs", 1.0, 0),
+            ("udp_in_errors", "UDP in errs", 1.0, 0),
             ("receiver_socket_drops", "socket drops", 1.0, 0),
         ],
         "multipath" => vec![
@@ -308,6 +327,9 @@ pub fn html_table(run: &RunFile) -> String {
 
 /// Markdown tables of a run. `mar` is pivoted (protocols × three sizes) to stay readable.
 pub fn markdown(run: &RunFile) -> String {
+    if run.scenario == "scale" {
+        return crate::scale::markdown(run);
+    }
     let rows = merged_rows(run);
     let mut m = String::new();
     let _ = writeln!(

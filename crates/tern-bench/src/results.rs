@@ -115,6 +115,14 @@ pub struct Case {
     /// also counts other programs' sockets on the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_rcvbuf_errors: Option<u64>,
+    /// `/proc/net/snmp` `Udp: SndbufErrors` (+ `Udp6SndbufErrors`) over the case, summed over
+    /// the same namespaces: sends that failed for a full socket buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_sndbuf_errors: Option<u64>,
+    /// `Udp: InErrors` (+ `Udp6InErrors`) over the case, the same namespaces: every received
+    /// datagram the kernel dropped (it counts the `RcvbufErrors` too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_in_errors: Option<u64>,
     /// `udp_rcvbuf_errors` per namespace: `c` (client) and `s` (server) on an emulated
     /// topology, `host` on loopback.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -309,8 +309,10 @@ impl Net {
         };
         let ip = if self.kind == NetKind::Loopback {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
-        } else if matches!(proto, Proto::Tcp | Proto::TcpBbr | Proto::Mptcp)
-            || !advertise.is_empty()
+        } else if matches!(
+            proto,
+            Proto::Tcp | Proto::TcpBbr | Proto::Mptcp | Proto::TcpTls
+        ) || !advertise.is_empty()
         {
             IpAddr::V4(Ipv4Addr::UNSPECIFIED)
         } else if node != "s" {
@@ -395,7 +397,7 @@ impl Net {
                 || matches!(&def.work, Work::Transfer(t) if t.multipath));
         let mut extras: Vec<Agent> = Vec::new();
         let mut undo: Vec<Undo> = Vec::new();
-        let rcvbuf_before = self.udp_rcvbuf_errors();
+        let rcvbuf_before = self.udp_counters();
         let r = (|| -> anyhow::Result<()> {
             if def.background {
                 extras.extend(self.start_background(timeout_s + 30.0)?);
@@ -502,13 +504,21 @@ impl Net {
             case.error
                 .get_or_insert(format!("undoing the case's events: {e:#}"));
         }
-        if let (Some(before), Some(after)) = (rcvbuf_before, self.udp_rcvbuf_errors()) {
-            let by_ns: BTreeMap<String, u64> = after
+        if let (Some(before), Some(after)) = (rcvbuf_before, self.udp_counters()) {
+            let by_ns: BTreeMap<String, sysinfo::UdpCounters> = after
                 .iter()
-                .map(|(ns, n)| (ns.clone(), n.saturating_sub(*before.get(ns).unwrap_or(n))))
+                .map(|(ns, n)| (ns.clone(), n.since(before.get(ns).unwrap_or(n))))
                 .collect();
-            case.udp_rcvbuf_errors = Some(by_ns.values().sum());
-            case.udp_rcvbuf_errors_by_ns = by_ns;
+            let sum = by_ns
+                .values()
+                .fold(sysinfo::UdpCounters::default(), |a, b| a.add(b));
+            case.udp_rcvbuf_errors = Some(sum.rcvbuf_errors);
+            case.udp_sndbuf_errors = Some(sum.sndbuf_errors);
+            case.udp_in_errors = Some(sum.in_errors);
+            case.udp_rcvbuf_errors_by_ns = by_ns
+                .iter()
+                .map(|(ns, c)| (ns.clone(), c.rcvbuf_errors))
+                .collect();
         }
         case.wall_s = started.elapsed().as_secs_f64();
         case
@@ -733,18 +743,18 @@ impl Net {
         Ok(())
     }
 
-    /// The kernel's count of UDP datagrams dropped for a full receive buffer
-    /// ([`sysinfo::udp_rcvbuf_errors`]: `/proc/net/snmp` `Udp: RcvbufErrors` plus
-    /// `/proc/net/snmp6` `Udp6RcvbufErrors`) per network namespace the agents run in: the
+    /// The kernel's UDP error counters ([`sysinfo::udp_counters`]: `/proc/net/snmp` `Udp:
+    /// RcvbufErrors`, `SndbufErrors`, `InErrors` plus their `/proc/net/snmp6` `Udp6…`
+    /// counterparts) per network namespace the agents run in: the
     /// client's (`c`, the data's receiver in flow scenarios) and the server's (`s`) on an
     /// emulated topology, the collector's own (`host`) on loopback, where both agents run.
     /// `None` if a counter cannot be read.
-    fn udp_rcvbuf_errors(&self) -> Option<BTreeMap<String, u64>> {
+    fn udp_counters(&self) -> Option<BTreeMap<String, sysinfo::UdpCounters>> {
         match &self.topo {
             None => {
                 let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
                 let snmp6 = std::fs::read_to_string("/proc/net/snmp6").unwrap_or_default();
-                let n = sysinfo::udp_rcvbuf_errors(&snmp, &snmp6)?;
+                let n = sysinfo::udp_counters(&snmp, &snmp6)?;
                 Some(BTreeMap::from([("host".to_string(), n)]))
             }
             Some(t) => {
@@ -760,7 +770,7 @@ impl Net {
                     .map(|node| {
                         let snmp = read(node, "/proc/net/snmp")?;
                         let snmp6 = read(node, "/proc/net/snmp6").unwrap_or_default();
-                        Some((node.to_string(), sysinfo::udp_rcvbuf_errors(&snmp, &snmp6)?))
+                        Some((node.to_string(), sysinfo::udp_counters(&snmp, &snmp6)?))
                     })
                     .collect()
             }

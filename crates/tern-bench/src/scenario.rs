@@ -31,6 +31,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("mss", "PaUDT: tern's packet size (MSS 1300, 1500, 9000 bytes): bulk goodput, CPU per byte and the round trip of small requests"),
     ("fairness", "NC-TCP: 3 flows (30 fps video sources following their transport's rate hint, or backlogged with --load bulk) on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: frames missing a 150 ms playout, Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
     ("robustness", "Issue 13: a paced 100 Mbit/s transfer into a tern server on loopback under 20 000 junk datagrams/s (garbage, replayed and mutated recorded packets, an IK Initial flood from 253 addresses, forged stateless resets): goodput kept against no attack, data intact, the server's counters and CPU per junk datagram"),
+    ("scale", "Issue 12: handshakes per second (one client, 100 concurrent; server on 1 and 2 threads), bytes per idle connection at each end (10 000 and 100 000 connections) and time to accept them: tern, quinn and TCP + TLS 1.3 on loopback"),
     ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
 
@@ -432,9 +433,9 @@ fn default_protocols(scenario: &str) -> Vec<Proto> {
         "mar" => vec![Tern, Tcp, Quic, Udp, Rtp, Udt, Srt],
         "short-flows" => vec![Tern, Tcp, Mptcp, Quic],
         "long-flow" => vec![Tern, Tcp, Quic, Udt, Srt],
-        "bulk" => vec![Tern, Tcp, Quic, Udp, Udt, Srt],
+        "bulk" => vec![Tern, Tcp, TcpTls, Quic, Udp, Udt, Srt],
         "startup" => vec![Tern, Tcp, Quic, Udt, Srt],
-        "echo-sizes" => vec![Tern, Tcp, Quic, Udp, Udt, Srt],
+        "echo-sizes" => vec![Tern, Tcp, TcpTls, Quic, Udp, Udt, Srt],
         "multipath" => vec![Tern, Tcp, Mptcp],
         "handover" => vec![Tern, Mptcp, Quic, Tcp],
         "cc" => vec![Tern, Tcp, TcpBbr, Quic],
@@ -861,6 +862,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     for p in [
                         Proto::Tcp,
                         Proto::TcpBbr,
+                        Proto::TcpTls,
                         Proto::Quic,
                         Proto::Udt,
                         Proto::Srt,
@@ -1569,6 +1571,9 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
     if run.scenario == "robustness" {
         return crate::robust::summarize(run);
     }
+    if run.scenario == "scale" {
+        return crate::scale::summarize(run);
+    }
     let profile = profile::profile(&run.profile).ok();
     let traced = run.settings.get("trace").is_some_and(|t| !t.is_null());
     let deadline = deadline_of(run);
@@ -1697,6 +1702,13 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                 }
                 if let Some(drops) = case.udp_rcvbuf_errors {
                     m.insert("rcvbuf_errors".into(), drops as f64);
+                    m.insert("udp_rcvbuf_errors".into(), drops as f64);
+                }
+                if let Some(n) = case.udp_sndbuf_errors {
+                    m.insert("udp_sndbuf_errors".into(), n as f64);
+                }
+                if let Some(n) = case.udp_in_errors {
+                    m.insert("udp_in_errors".into(), n as f64);
                 }
                 // And the emulator's drops (queue, loss model and fades, outages) per
                 // direction: `down` (server → client) is the data's.
@@ -1759,6 +1771,12 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
     match run.scenario.as_str() {
         "multipath" => multipath_ratios(&mut rows),
         "handover" | "fairness" => {}
+        // Issue 12's goal: goodput ≥ TCP + TLS and ≥ 2.5× quinn, CPU per byte ≤ 0.5× quinn's.
+        "bulk" => {
+            for base in ["tcp", "tcp-tls", "quic"] {
+                add_ratio(&mut rows, base);
+            }
+        }
         // The goal is stated against BBR (throughput, delay) and TCP and quinn (MAR p99).
         "cc" => {
             for base in ["tcp", "tcp-bbr", "quic"] {
@@ -2631,6 +2649,12 @@ mod tests {
                            "reorder_threshold": 9, "reorder_window_ms": 1.5, "ecn": "capable"}
             }]),
             udp_rcvbuf_errors: Some(3),
+            udp_sndbuf_errors: Some(1),
+            udp_in_errors: Some(4),
+            cpu: Some(crate::results::CpuUse {
+                client_s: 1.0,
+                server_s: Some(1.0),
+            }),
             client_socket_drops: Some(2),
             server_socket_drops: Some(0),
             ..Case::default()
@@ -2650,6 +2674,12 @@ mod tests {
         assert_eq!(t["receiver_socket_drops"], 2.0);
         assert_eq!(t["sender_socket_drops"], 0.0);
         assert_eq!(t["rcvbuf_errors"], 3.0);
+        assert_eq!(t["udp_rcvbuf_errors"], 3.0);
+        assert_eq!(t["udp_sndbuf_errors"], 1.0);
+        assert_eq!(t["udp_in_errors"], 4.0);
+        // Issue 12's ratios, from the same run.
+        assert_eq!(t["goodput_vs_quic"], 1.0);
+        assert_eq!(t["cpu_s_per_gb_vs_quic"], 1.0);
         let q = &rows[1].metrics;
         assert_eq!(q["sender_packets_lost"], 7.0);
         assert_eq!(q["sender_bytes_lost"], 9000.0);
@@ -2664,7 +2694,10 @@ mod tests {
             ..run
         });
         assert!(md.contains("| lost pkts | spurious |"), "{md}");
-        assert!(md.contains("| rcvbuf drops |"), "{md}");
+        assert!(
+            md.contains("| UDP rcvbuf errs | UDP sndbuf errs | UDP in errs |"),
+            "{md}"
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! What the collector tells an agent to do (passed as one JSON argument), what an agent
 //! reports back (one JSON line on stdout), and the framing every driver speaks on the wire.
 //!
-//! Wire framing, the same for every reliable protocol (kernel TCP/MPTCP, UDT, SRT on one
-//! connection; quinn and tern on one bidirectional stream/flow):
+//! Wire framing, the same for every reliable protocol (kernel TCP/MPTCP, TCP + TLS (inside
+//! the TLS stream), UDT, SRT on one connection; quinn and tern on one bidirectional stream/flow):
 //! - `b'R'`, then requests `[u32 payload_len][u32 reply_len][payload]`; the server answers
 //!   each with `reply_len` bytes. quinn and tern send one request per stream/flow and end it
 //!   with FIN; the connection-based transports keep a connection per request-size phase.
@@ -29,6 +29,8 @@ pub enum Proto {
     Tcp,
     /// Kernel TCP with BBR.
     TcpBbr,
+    /// Kernel TCP (CUBIC) with TLS 1.3 from rustls (ring): the deployed reference.
+    TcpTls,
     /// Kernel MPTCP (IPPROTO_MPTCP sockets; a second subflow on two-path topologies).
     Mptcp,
     /// QUIC with quinn (rustls, ring).
@@ -45,10 +47,11 @@ pub enum Proto {
 
 impl Proto {
     /// Every protocol, in report order.
-    pub const ALL: [Proto; 9] = [
+    pub const ALL: [Proto; 10] = [
         Proto::Tern,
         Proto::Tcp,
         Proto::TcpBbr,
+        Proto::TcpTls,
         Proto::Mptcp,
         Proto::Quic,
         Proto::Udp,
@@ -63,6 +66,7 @@ impl Proto {
             Proto::Tern => "tern",
             Proto::Tcp => "tcp",
             Proto::TcpBbr => "tcp-bbr",
+            Proto::TcpTls => "tcp-tls",
             Proto::Mptcp => "mptcp",
             Proto::Quic => "quic",
             Proto::Udp => "udp",

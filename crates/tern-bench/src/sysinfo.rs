@@ -125,21 +125,66 @@ pub fn rfc3339(secs: i64) -> String {
 /// `Udp6RcvbufErrors` of its `/proc/net/snmp6` text (pass `""` when IPv6 is off). `None` if
 /// the IPv4 counter is not there.
 pub fn udp_rcvbuf_errors(snmp: &str, snmp6: &str) -> Option<u64> {
+    udp_counters(snmp, snmp6).map(|c| c.rcvbuf_errors)
+}
+
+/// The kernel's UDP error counters of one network namespace, IPv4 (`/proc/net/snmp`, `Udp:`
+/// lines) and IPv6 (`/proc/net/snmp6`, `Udp6…`) added.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpCounters {
+    /// `RcvbufErrors`: datagrams dropped for a full socket receive buffer.
+    pub rcvbuf_errors: u64,
+    /// `SndbufErrors`: sends that failed for a full socket send buffer (or device queue).
+    pub sndbuf_errors: u64,
+    /// `InErrors`: datagrams received and dropped for any reason (it includes
+    /// `RcvbufErrors` and checksum errors).
+    pub in_errors: u64,
+}
+
+impl UdpCounters {
+    /// `self − before`, counter by counter (0 if one went backwards).
+    pub fn since(&self, before: &UdpCounters) -> UdpCounters {
+        UdpCounters {
+            rcvbuf_errors: self.rcvbuf_errors.saturating_sub(before.rcvbuf_errors),
+            sndbuf_errors: self.sndbuf_errors.saturating_sub(before.sndbuf_errors),
+            in_errors: self.in_errors.saturating_sub(before.in_errors),
+        }
+    }
+
+    /// Counter by counter.
+    pub fn add(&self, o: &UdpCounters) -> UdpCounters {
+        UdpCounters {
+            rcvbuf_errors: self.rcvbuf_errors + o.rcvbuf_errors,
+            sndbuf_errors: self.sndbuf_errors + o.sndbuf_errors,
+            in_errors: self.in_errors + o.in_errors,
+        }
+    }
+}
+
+/// [`UdpCounters`] from the texts of `/proc/net/snmp` and `/proc/net/snmp6` (pass `""` when
+/// IPv6 is off). `None` if the IPv4 `Udp:` lines are not there.
+pub fn udp_counters(snmp: &str, snmp6: &str) -> Option<UdpCounters> {
     let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
-    let header = udp.next()?;
-    let values = udp.next()?;
-    let column = header
-        .split_whitespace()
-        .position(|h| h == "RcvbufErrors")?;
-    let v4: u64 = values.split_whitespace().nth(column)?.parse().ok()?;
-    let v6 = snmp6
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace();
-            (f.next()? == "Udp6RcvbufErrors").then(|| f.next()?.parse::<u64>().ok())?
-        })
-        .unwrap_or(0);
-    Some(v4 + v6)
+    let header: Vec<&str> = udp.next()?.split_whitespace().collect();
+    let values: Vec<&str> = udp.next()?.split_whitespace().collect();
+    let v4 = |name: &str| -> Option<u64> {
+        let column = header.iter().position(|h| *h == name)?;
+        values.get(column)?.parse().ok()
+    };
+    let v6 = |name: &str| -> u64 {
+        snmp6
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                (f.next()? == name).then(|| f.next()?.parse::<u64>().ok())?
+            })
+            .unwrap_or(0)
+    };
+    Some(UdpCounters {
+        rcvbuf_errors: v4("RcvbufErrors")? + v6("Udp6RcvbufErrors"),
+        sndbuf_errors: v4("SndbufErrors").unwrap_or(0) + v6("Udp6SndbufErrors"),
+        in_errors: v4("InErrors").unwrap_or(0) + v6("Udp6InErrors"),
+    })
 }
 
 /// Datagrams the kernel dropped at the UDP sockets bound to local port `port` (the `drops`
@@ -188,6 +233,15 @@ mod tests {
         assert_eq!(super::udp_rcvbuf_errors(snmp, ""), Some(5));
         assert_eq!(super::udp_rcvbuf_errors(snmp, snmp6), Some(8));
         assert_eq!(super::udp_rcvbuf_errors("Ip: 1\n", snmp6), None);
+        let c = super::udp_counters(snmp, "Udp6InErrors \t2\nUdp6SndbufErrors 1\n").unwrap();
+        assert_eq!(
+            c,
+            super::UdpCounters {
+                rcvbuf_errors: 5,
+                sndbuf_errors: 1,
+                in_errors: 9
+            }
+        );
     }
 
     #[test]

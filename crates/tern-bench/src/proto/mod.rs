@@ -9,5 +9,6 @@ pub mod quic;
 pub mod stream;
 pub mod tcp;
 pub mod ternp;
+pub mod tls;
 pub mod udp;
 pub mod video;

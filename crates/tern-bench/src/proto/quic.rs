@@ -33,11 +33,11 @@ fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn unhex(s: &str) -> io::Result<Vec<u8>> {
+pub(crate) fn unhex(s: &str) -> io::Result<Vec<u8>> {
     if s.len() % 2 != 0 {
         return Err(io::Error::other("odd hex length"));
     }

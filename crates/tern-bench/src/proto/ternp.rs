@@ -257,7 +257,7 @@ fn reply_request(data: &[u8]) -> Option<(u32, bool)> {
 }
 
 /// The endpoint configuration of a tern agent in `mode` (which may name its controller).
-fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfig> {
+pub(crate) fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfig> {
     let mut cfg = tern::EndpointConfig::new(
         tern::StaticKeypair::generate(tern::entropy()),
         tern::entropy(),
