@@ -191,9 +191,15 @@ pub fn server_agent(proto: Proto, threads: usize) -> anyhow::Result<()> {
     rt.block_on(async move {
         match proto {
             Proto::Tern => {
-                let ep = tern::Endpoint::bind(lo, tern_config(true)?)?;
+                // One worker (socket and driver) per thread: SO_REUSEPORT, steering by the
+                // server ID in the connection ID (tern::Workers).
+                let cfg = tern_config(true)?;
+                let ep = tern::Endpoint::builder(cfg.keypair.clone())
+                    .config(cfg)
+                    .bind(lo)
+                    .build_workers(threads.max(1))?;
                 let key = tern::keys::encode_public(&ep.public_key());
-                print_line(&json!({"ready": true, "addrs": [ep.local_addr()?], "credential": key}));
+                print_line(&json!({"ready": true, "addrs": [ep.local_addr()], "credential": key}));
                 while let Some(conn) = ep.accept().await {
                     acc.on_accept();
                     let acc = acc.clone();
@@ -282,14 +288,18 @@ pub struct ClientSpec {
     pub credential: String,
 }
 
+/// Client sockets (endpoints) of tern and quinn: connections go round robin over them, as
+/// from a few hosts, so that a server with several workers sees several 4-tuples.
+const CLIENT_SOCKETS: usize = 4;
+
 enum Client {
     Tern {
-        ep: tern::Endpoint,
+        eps: Vec<tern::Endpoint>,
         addr: SocketAddr,
         key: tern::PublicKey,
     },
     Quic {
-        ep: quinn::Endpoint,
+        eps: Vec<quinn::Endpoint>,
         addr: SocketAddr,
     },
     Tls {
@@ -312,11 +322,11 @@ impl Client {
             Proto::Tern => {
                 let key = tern::PublicKey::parse(spec.credential.trim())
                     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                Client::Tern {
-                    ep: tern::Endpoint::bind(lo, tern_config(false)?)?,
-                    addr,
-                    key,
+                let mut eps = Vec::new();
+                for _ in 0..CLIENT_SOCKETS {
+                    eps.push(tern::Endpoint::bind(lo, tern_config(false)?)?);
                 }
+                Client::Tern { eps, addr, key }
             }
             Proto::Quic => {
                 let crypto = tls::client_config(&spec.credential, false)?;
@@ -324,9 +334,13 @@ impl Client {
                     quinn::crypto::rustls::QuicClientConfig::try_from((*crypto).clone())?,
                 ));
                 cfg.transport_config(quic_transport());
-                let mut ep = quinn::Endpoint::client(lo)?;
-                ep.set_default_client_config(cfg);
-                Client::Quic { ep, addr }
+                let mut eps = Vec::new();
+                for _ in 0..CLIENT_SOCKETS {
+                    let mut ep = quinn::Endpoint::client(lo)?;
+                    ep.set_default_client_config(cfg.clone());
+                    eps.push(ep);
+                }
+                Client::Quic { eps, addr }
             }
             Proto::TcpTls => Client::Tls {
                 connector: tokio_rustls::TlsConnector::from(tls::client_config(
@@ -343,12 +357,12 @@ impl Client {
     /// returns once the client can send application data.
     async fn connect(&self, i: u64) -> Result<Held, String> {
         match self {
-            Client::Tern { ep, addr, key } => ep
+            Client::Tern { eps, addr, key } => eps[i as usize % eps.len()]
                 .connect(*addr, Some(*key))
                 .await
                 .map(Held::Tern)
                 .map_err(|e| format!("{e}")),
-            Client::Quic { ep, addr } => ep
+            Client::Quic { eps, addr } => eps[i as usize % eps.len()]
                 .connect(*addr, tls::SERVER_NAME)
                 .map_err(|e| e.to_string())?
                 .await
@@ -542,7 +556,9 @@ pub fn client_agent(spec: &str) -> anyhow::Result<()> {
                     let h = held.lock().expect("held");
                     // tern: the connections its endpoint still has (warm-up ones included).
                     let open = match &*client {
-                        Client::Tern { ep, .. } => ep.connection_count(),
+                        Client::Tern { eps, .. } => {
+                            eps.iter().map(tern::Endpoint::connection_count).sum()
+                        }
                         _ => h
                             .iter()
                             .filter(|c| match c {

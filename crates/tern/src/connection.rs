@@ -342,7 +342,7 @@ impl Connection {
                 Err(e) => return Err(RequestError::NotSent(e)),
             };
             if let Some(s) = inner.state(self.id) {
-                s.pending_requests.insert(id);
+                s.requests().pending.insert(id);
             }
             id
         };
@@ -355,13 +355,13 @@ impl Connection {
             let Some(s) = inner.state(self.id) else {
                 return Poll::Ready(None);
             };
-            if let Some(m) = s.replies.remove(&id) {
+            if let Some(m) = s.requests().replies.remove(&id) {
                 return Poll::Ready(Some(m));
             }
             if s.error.is_some() || s.drained {
                 return Poll::Ready(None);
             }
-            s.reply_waiters.insert(id, cx.waker().clone());
+            s.requests().reply_waiters.insert(id, cx.waker().clone());
             Poll::Pending
         });
         let result = match deadline {

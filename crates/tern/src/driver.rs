@@ -57,16 +57,24 @@ pub(crate) struct ConnState {
     /// the connection window (`FlowConfig::connection_window`) for an application that does
     /// not read, instead of whatever it sends.
     pub(crate) inbox_len: usize,
+    pub(crate) message_waiters: Vec<Waker>,
+    pub(crate) datagram_waiters: Vec<Waker>,
+    /// `Connection::request` bookkeeping, made on the first request: most connections never
+    /// make one, and 100 000 idle ones should not each carry five empty tables.
+    pub(crate) requests: Option<Box<Requests>>,
+}
+
+/// What a connection's `request` calls wait for.
+#[derive(Default)]
+pub(crate) struct Requests {
     /// Replies taken from the core for the `request` awaiting each (one per request).
     pub(crate) replies: HashMap<MessageId, Message>,
-    pub(crate) message_waiters: Vec<Waker>,
     pub(crate) reply_waiters: HashMap<MessageId, Waker>,
-    pub(crate) datagram_waiters: Vec<Waker>,
     /// Requests sent with `Connection::request` that await a reply.
-    pub(crate) pending_requests: HashSet<MessageId>,
+    pub(crate) pending: HashSet<MessageId>,
     /// Requests whose caller gave up (deadline or cancellation), oldest first: a late reply
     /// to one is dropped rather than left in the inbox. Bounded by [`ABANDONED_REMEMBERED`].
-    pub(crate) abandoned: VecDeque<MessageId>,
+    abandoned: VecDeque<MessageId>,
     /// The same, to look them up.
     abandoned_set: HashSet<MessageId>,
 }
@@ -77,26 +85,44 @@ const ABANDONED_REMEMBERED: usize = 4096;
 impl ConnState {
     /// The caller of `request` stopped waiting for the reply to `id`.
     pub(crate) fn abandon_request(&mut self, id: MessageId) {
-        if self.pending_requests.remove(&id) {
-            if self.abandoned.len() == ABANDONED_REMEMBERED {
-                if let Some(old) = self.abandoned.pop_front() {
-                    self.abandoned_set.remove(&old);
+        let Some(r) = self.requests.as_deref_mut() else {
+            return;
+        };
+        if r.pending.remove(&id) {
+            if r.abandoned.len() == ABANDONED_REMEMBERED {
+                if let Some(old) = r.abandoned.pop_front() {
+                    r.abandoned_set.remove(&old);
                 }
             }
-            self.abandoned.push_back(id);
-            self.abandoned_set.insert(id);
+            r.abandoned.push_back(id);
+            r.abandoned_set.insert(id);
         }
-        self.reply_waiters.remove(&id);
-        self.replies.remove(&id);
+        r.reply_waiters.remove(&id);
+        r.replies.remove(&id);
+    }
+
+    /// The request bookkeeping, made on first use.
+    pub(crate) fn requests(&mut self) -> &mut Requests {
+        self.requests.get_or_insert_with(Default::default)
+    }
+
+    /// Whether `request` awaits its reply.
+    fn is_pending(&self, request: MessageId) -> bool {
+        self.requests
+            .as_ref()
+            .is_some_and(|r| r.pending.contains(&request))
     }
 
     /// Whether `request` was abandoned (forgetting it if so: it has one reply at most).
     fn take_abandoned(&mut self, request: MessageId) -> bool {
-        if !self.abandoned_set.remove(&request) {
+        let Some(r) = self.requests.as_deref_mut() else {
+            return false;
+        };
+        if !r.abandoned_set.remove(&request) {
             return false;
         }
-        if let Some(i) = self.abandoned.iter().position(|a| *a == request) {
-            self.abandoned.remove(i);
+        if let Some(i) = r.abandoned.iter().position(|a| *a == request) {
+            r.abandoned.remove(i);
         }
         true
     }
@@ -109,15 +135,16 @@ impl ConnState {
         while let Some(m) = conn.peek_message(self.inbox_len) {
             let request = m.reply_to;
             match request {
-                Some(r) if self.pending_requests.contains(&r) => {
+                Some(r) if self.is_pending(r) => {
                     let Some(m) = conn.take_message(self.inbox_len) else {
                         break;
                     };
-                    self.pending_requests.remove(&r);
-                    if let Some(w) = self.reply_waiters.remove(&r) {
+                    let requests = self.requests();
+                    requests.pending.remove(&r);
+                    if let Some(w) = requests.reply_waiters.remove(&r) {
                         w.wake();
                     }
-                    self.replies.insert(r, m);
+                    requests.replies.insert(r, m);
                 }
                 Some(r) if self.take_abandoned(r) => {
                     conn.take_message(self.inbox_len);
@@ -151,8 +178,10 @@ impl ConnState {
         for w in self.message_waiters.drain(..) {
             w.wake();
         }
-        for (_, w) in self.reply_waiters.drain() {
-            w.wake();
+        if let Some(r) = self.requests.as_deref_mut() {
+            for (_, w) in r.reply_waiters.drain() {
+                w.wake();
+            }
         }
         for w in self.datagram_waiters.drain(..) {
             w.wake();

@@ -167,7 +167,7 @@ impl Workers {
             .iter()
             .map(|e| Arc::downgrade(e.shared()))
             .collect();
-        for (i, ep) in endpoints.iter().enumerate() {
+        for (i, ep) in endpoints.iter().enumerate().filter(|_| n > 1) {
             ep.shared().lock().steering = Some(Steering {
                 me: i,
                 lb: lb.clone(),

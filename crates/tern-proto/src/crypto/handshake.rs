@@ -237,7 +237,10 @@ mod tests {
         let server_key = StaticKeypair::generate([1; 32]);
         let client_key = StaticKeypair::generate([2; 32]);
         let other_server = StaticKeypair::generate([9; 32]);
-        for (i, server) in [&server_key, &server_key, &other_server].into_iter().enumerate() {
+        for (i, server) in [&server_key, &server_key, &other_server]
+            .into_iter()
+            .enumerate()
+        {
             let key = server.public();
             let mut client =
                 Handshake::initiator(&client_key, Some(&key), b"p", [i as u8; 32]).unwrap();
