@@ -13,13 +13,20 @@ use tern::{Endpoint, StaticKeypair, Workers};
 use tokio::net::UdpSocket;
 use tokio::sync::Notify;
 
-/// A relay between one client and the server; `rebind` makes it talk to the server from a
-/// new port from then on, as a NAT that lost its mapping would.
-async fn relay(server: SocketAddr) -> (SocketAddr, Arc<Notify>) {
+/// The destination connection IDs of the short-header datagrams a relay passed to the
+/// server.
+type Seen = Arc<std::sync::Mutex<Vec<Vec<u8>>>>;
+
+/// A relay between one client and the server, logging what it passes to the server;
+/// `rebind` makes it talk to the server from a new port from then on, as a NAT that lost
+/// its mapping would.
+async fn relay(server: SocketAddr) -> (SocketAddr, Arc<Notify>, Seen) {
     let front = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let addr = front.local_addr().unwrap();
     let rebind = Arc::new(Notify::new());
     let signal = rebind.clone();
+    let seen = Seen::default();
+    let log = seen.clone();
     tokio::spawn(async move {
         let mut back = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         let mut client: Option<SocketAddr> = None;
@@ -29,6 +36,9 @@ async fn relay(server: SocketAddr) -> (SocketAddr, Arc<Notify>) {
                 r = front.recv_from(&mut a) => {
                     let Ok((n, from)) = r else { return };
                     client = Some(from);
+                    if n > 9 && a[0] & 0x80 == 0 {
+                        log.lock().unwrap().push(a[1..9].to_vec());
+                    }
                     let _ = back.send_to(&a[..n], server).await;
                 }
                 r = back.recv_from(&mut b) => {
@@ -43,7 +53,7 @@ async fn relay(server: SocketAddr) -> (SocketAddr, Arc<Notify>) {
             }
         }
     });
-    (addr, rebind)
+    (addr, rebind, seen)
 }
 
 fn workers(n: usize) -> Workers {
@@ -85,7 +95,7 @@ async fn clients_spread_over_workers_and_survive_rebinding_to_another_worker() {
     let mut tasks = Vec::new();
     for i in 0..CLIENTS {
         tasks.push(tokio::spawn(async move {
-            let (via, rebind) = relay(addr).await;
+            let (via, rebind, _) = relay(addr).await;
             let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
                 .bind("127.0.0.1:0".parse().unwrap())
                 .build()
@@ -138,37 +148,8 @@ async fn a_balancers_configuration_reads_the_server_id_of_every_worker() {
     let addr = server.local_addr();
     let key = server.public_key();
     serve(server.clone());
-    // A sniffer between client and server reads the DCID of every datagram to the server.
-    let (via, dcids) = {
-        let front = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let via = front.local_addr().unwrap();
-        let seen = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
-        let log = seen.clone();
-        tokio::spawn(async move {
-            let back = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-            let mut client = None;
-            let (mut a, mut b) = (vec![0u8; 65536], vec![0u8; 65536]);
-            loop {
-                tokio::select! {
-                    r = front.recv_from(&mut a) => {
-                        let Ok((n, from)) = r else { return };
-                        client = Some(from);
-                        if a[0] & 0x80 == 0 {
-                            log.lock().unwrap().push(a[1..9].to_vec());
-                        }
-                        let _ = back.send_to(&a[..n], addr).await;
-                    }
-                    r = back.recv_from(&mut b) => {
-                        let Ok((n, _)) = r else { return };
-                        if let Some(c) = client {
-                            let _ = front.send_to(&b[..n], c).await;
-                        }
-                    }
-                }
-            }
-        });
-        (via, seen)
-    };
+    // The relay reads the DCID of every datagram to the server.
+    let (via, _, dcids) = relay(addr).await;
     let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
         .bind("127.0.0.1:0".parse().unwrap())
         .build()
