@@ -10,10 +10,34 @@ use super::{
 };
 
 /// Packet headers: every packet of the datagram, for several local CID lengths, plus the
-/// router's feedback-rate rewrite and stateless-reset detection.
+/// router's feedback-rate rewrite, stateless-reset detection, and what a load balancer or a
+/// worker reads of the destination connection ID (QUIC-LB decoding, which must give back
+/// what it encodes).
 pub fn header(data: &[u8]) {
     let _ = LongHeaderInvariants::decode(data);
     let _ = stateless_reset_token(data);
+    if let Some(dcid) = super::destination_cid(data) {
+        for (sid_len, nonce_len, key) in
+            [(3, 4, Some([7; 16])), (1, 6, None), (8, 8, Some([1; 16]))]
+        {
+            let Ok(lb) = crate::lb::QuicLb::new(
+                dcid.first().map_or(0, |b| b >> 5).min(6),
+                sid_len,
+                nonce_len,
+                key,
+            ) else {
+                continue;
+            };
+            if let Some((sid, nonce)) = lb.decode(dcid) {
+                let again = lb.encode(&sid, &nonce).expect("decoded lengths encode");
+                assert_eq!(
+                    lb.decode(again.as_bytes()),
+                    Some((sid, nonce)),
+                    "QUIC-LB round trip"
+                );
+            }
+        }
+    }
     for cid_len in [DEFAULT_CID_LEN, 0, MAX_CID_LEN] {
         for packet in PacketIter::new(data, cid_len).flatten() {
             let mut buf = Vec::with_capacity(packet.encoded_len());
