@@ -577,7 +577,7 @@ impl Net {
         self.server.ep.handle_timeout(self.now);
     }
 
-    fn next_timer(&self) -> Option<Instant> {
+    fn next_timer(&mut self) -> Option<Instant> {
         [self.client.ep.poll_timeout(), self.server.ep.poll_timeout()]
             .into_iter()
             .flatten()
