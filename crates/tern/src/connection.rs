@@ -177,10 +177,8 @@ impl Connection {
         EventStream { rx, lagged }
     }
 
-    /// What the application just did may have given the connection something to send:
-    /// send it now from this task if the socket is free, and wake the driver.
     pub(crate) fn wake_driver(&self) {
-        self.shared.transmit_now();
+        self.shared.wake.notify_one();
     }
 
     /// Runs `f` on the core's connection under the lock, then wakes the driver (what `f` did

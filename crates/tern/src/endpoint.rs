@@ -281,10 +281,8 @@ impl Endpoint {
             wake: tokio::sync::Notify::new(),
             io: Default::default(),
             forwarded: Mutex::new(Vec::new()),
-            socket: Arc::from(socket),
-            send: Default::default(),
         });
-        tokio::spawn(driver::drive(shared.clone()));
+        tokio::spawn(driver::drive(shared.clone(), socket));
         Ok(Self {
             shared,
             local,
