@@ -172,9 +172,12 @@ fn jitter_stays_in_range_and_keeps_order() {
     assert_eq!(fig(&r, "received"), 2000.0);
     assert_eq!(fig(&r, "reordered"), 0.0);
     assert!(fig(&r, "owd_min_ms") >= 20.0);
-    // Uniform 0..5 ms plus the in-order rule: mean a little above 22.5 ms.
+    // Uniform 0..5 ms plus the in-order rule: mean a little above 22.5 ms. The engine's own
+    // delays are checked exactly (≤ 25 ms) in engine.rs; here the host's timers and two TUN
+    // hops add to every packet, by several ms at the tail on a loaded 2-core machine, so the
+    // tail bound only catches a jitter that is wrong, not late wake-ups.
     assert!((22.0..=24.5).contains(&fig(&r, "owd_mean_ms")));
-    assert!(fig(&r, "owd_p99_ms") <= 26.0);
+    assert!(fig(&r, "owd_p99_ms") <= 30.0);
 }
 
 /// Configured 10 Mbit/s measures 9.5–10.5 Mbit/s of kernel TCP goodput (cubic, 10 ms each
