@@ -177,8 +177,10 @@ impl Connection {
         EventStream { rx, lagged }
     }
 
+    /// What the application just did may have given the connection something to send:
+    /// send it now from this task if the socket is free, and wake the driver.
     pub(crate) fn wake_driver(&self) {
-        self.shared.wake.notify_one();
+        self.shared.transmit_now();
     }
 
     /// Runs `f` on the core's connection under the lock, then wakes the driver (what `f` did

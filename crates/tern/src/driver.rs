@@ -359,6 +359,23 @@ pub(crate) struct Shared {
     /// Datagrams other workers received for this one's connections (see
     /// [`crate::workers`]); a leaf lock, never held while taking `inner`.
     pub(crate) forwarded: Mutex<Vec<crate::workers::Forwarded>>,
+    /// The socket: the driver receives on it, and whoever holds `send` sends on it.
+    pub(crate) socket: Arc<dyn AsyncUdpSocket>,
+    /// The right to send, so that datagrams leave in the order the core wrote them: the
+    /// driver holds it from collecting its transmits to the end of its sends; an
+    /// application task that just gave a connection something to send takes it if free
+    /// (`try_lock`, never waiting while it holds `inner`) and sends at once itself
+    /// ([`Shared::transmit_now`]), sparing the driver's wake-up on the way out.
+    pub(crate) send: tokio::sync::Mutex<SendState>,
+}
+
+/// Buffers of the sending side, shared by the driver and inline senders.
+#[derive(Default)]
+pub(crate) struct SendState {
+    batches: Vec<Batch>,
+    spare: Vec<Vec<u8>>,
+    /// Batches an inline sender found the socket too full for: the driver sends them first.
+    deferred: Vec<Batch>,
 }
 
 /// Socket-level counters of an endpoint (see [`crate::IoStats`]).
@@ -392,6 +409,16 @@ pub struct IoStats {
 }
 
 impl IoCounters {
+    fn count_send(&self, batch: &Batch, sent: std::io::Result<()>) {
+        self.send_calls.fetch_add(1, Ordering::Relaxed);
+        self.datagrams_sent
+            .fetch_add(batch.count as u64, Ordering::Relaxed);
+        if let Err(e) = sent {
+            self.send_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(dest = %batch.destination, "send error: {e}");
+        }
+    }
+
     pub(crate) fn snapshot(&self) -> IoStats {
         IoStats {
             send_calls: self.send_calls.load(Ordering::Relaxed),
@@ -405,6 +432,46 @@ impl IoCounters {
 }
 
 impl Shared {
+    /// Sends what the core has to send now from the calling task if nobody else is sending
+    /// (else the driver will), then wakes the driver for its timers and events. Called after
+    /// every application command that may give a connection something to send: a request
+    /// leaves without waiting for the driver task to be scheduled.
+    pub(crate) fn transmit_now(&self) {
+        let now = runtime::now();
+        let mut inner = self.lock();
+        let sender = match self.send.try_lock() {
+            Ok(s) if inner.dead.is_none() => Some(s),
+            _ => None,
+        };
+        if let Some(mut tx) = sender {
+            let tx = &mut *tx;
+            collect_transmits(&mut inner, now, &mut tx.batches, &mut tx.spare);
+            drop(inner);
+            let waker = std::task::Waker::noop();
+            let mut cx = std::task::Context::from_waker(waker);
+            let mut blocked = !tx.deferred.is_empty();
+            for batch in tx.batches.drain(..) {
+                if blocked {
+                    tx.deferred.push(batch);
+                    continue;
+                }
+                match self.socket.poll_send(&mut cx, &batch.transmit()) {
+                    Poll::Pending => {
+                        blocked = true;
+                        tx.deferred.push(batch);
+                    }
+                    Poll::Ready(sent) => {
+                        self.io.count_send(&batch, sent);
+                        tx.spare.push(batch.data);
+                    }
+                }
+            }
+        } else {
+            drop(inner);
+        }
+        self.wake.notify_one();
+    }
+
     /// Locks the state. A panic while holding the lock is a bug in tern; the state is still
     /// consistent enough to shut down, so poisoning is ignored.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -423,15 +490,26 @@ struct Batch {
     count: usize,
 }
 
+impl Batch {
+    fn transmit(&self) -> Transmit<'_> {
+        Transmit {
+            destination: self.destination,
+            src_ip: self.source,
+            ecn: self.ecn,
+            contents: &self.data,
+            segment_size: (self.count > 1).then_some(self.segment),
+        }
+    }
+}
+
 /// Size of each receive buffer: the largest UDP datagram, or a GRO batch.
 const RECV_BUFFER: usize = 64 * 1024;
 
 /// Runs the endpoint until every handle is gone and nothing is left to send.
-pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) {
+pub(crate) async fn drive(shared: Arc<Shared>) {
+    let socket = shared.socket.clone();
     let mut storage = vec![0u8; RECV_BATCH * RECV_BUFFER];
     let mut metas = [RecvMeta::default(); RECV_BATCH];
-    let mut batches: Vec<Batch> = Vec::new();
-    let mut spare: Vec<Vec<u8>> = Vec::new();
     let mut events: Vec<(ConnectionHandle, Event)> = Vec::new();
     // Buffers the wait below filled, to hand to the core first.
     let mut waiting = 0;
@@ -507,7 +585,9 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
         // The budget ran out: more may be waiting, so do not sleep below.
         let more_to_read = received >= RECV_BUDGET;
 
-        // 2. Timers, transmits and events, under the lock.
+        // 2. Timers, transmits and events, under the lock; the right to send first, so
+        //    that what an inline sender left behind goes before what is collected now.
+        let mut send = shared.send.lock().await;
         let timeout = {
             let now = runtime::now();
             let mut inner = shared.lock();
@@ -515,7 +595,8 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
                 inner.proto.handle_timeout(now);
             }
             accept_incoming(&mut inner);
-            collect_transmits(&mut inner, now, &mut batches, &mut spare);
+            let tx = &mut *send;
+            collect_transmits(&mut inner, now, &mut tx.batches, &mut tx.spare);
             while let Some(e) = inner.proto.poll_event() {
                 events.push(e);
             }
@@ -540,27 +621,17 @@ pub(crate) async fn drive(shared: Arc<Shared>, socket: Box<dyn AsyncUdpSocket>) 
             inner.proto.poll_timeout()
         };
 
-        // 3. Send outside the lock.
-        for batch in batches.drain(..) {
-            let transmit = Transmit {
-                destination: batch.destination,
-                src_ip: batch.source,
-                ecn: batch.ecn,
-                contents: &batch.data,
-                segment_size: (batch.count > 1).then_some(batch.segment),
-            };
+        // 3. Send outside the lock: what an inline sender deferred, then the new batches.
+        let tx = &mut *send;
+        let deferred = std::mem::take(&mut tx.deferred);
+        let batches = std::mem::take(&mut tx.batches);
+        for batch in deferred.into_iter().chain(batches) {
+            let transmit = batch.transmit();
             let sent = std::future::poll_fn(|cx| socket.poll_send(cx, &transmit)).await;
-            shared.io.send_calls.fetch_add(1, Ordering::Relaxed);
-            shared
-                .io
-                .datagrams_sent
-                .fetch_add(batch.count as u64, Ordering::Relaxed);
-            if let Err(e) = sent {
-                shared.io.send_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(dest = %batch.destination, "send error: {e}");
-            }
-            spare.push(batch.data);
+            shared.io.count_send(&batch, sent);
+            tx.spare.push(batch.data);
         }
+        drop(send);
         // 4. Wait for a datagram, a timer or a command; a batch just sent may have left more
         //    to send, so only wait if the core is idle now.
         let more_now = more_to_read || timeout.is_some_and(|t| t <= runtime::now());

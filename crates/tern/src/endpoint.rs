@@ -281,8 +281,10 @@ impl Endpoint {
             wake: tokio::sync::Notify::new(),
             io: Default::default(),
             forwarded: Mutex::new(Vec::new()),
+            socket: Arc::from(socket),
+            send: Default::default(),
         });
-        tokio::spawn(driver::drive(shared.clone(), socket));
+        tokio::spawn(driver::drive(shared.clone()));
         Ok(Self {
             shared,
             local,

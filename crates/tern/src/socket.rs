@@ -130,8 +130,10 @@ impl Default for RecvMeta {
     }
 }
 
-/// A datagram socket an [`Endpoint`](crate::Endpoint) can drive. Its task calls it from one
-/// place at a time; the methods take `&self` so that a socket can be shared with other code.
+/// A datagram socket an [`Endpoint`](crate::Endpoint) can drive. The endpoint's task
+/// receives; sends come from that task or from an application task that just gave a
+/// connection something to send, one sender at a time, possibly while a receive is under
+/// way on another thread. The methods take `&self` so that a socket can be shared.
 ///
 /// The `poll_*` methods follow the usual contract: `Poll::Pending` registers `cx`'s waker to
 /// be woken when the call may succeed. Errors from `poll_send` are counted and the datagrams
