@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::recovery::RangeSet;
 
@@ -36,10 +36,26 @@ pub(crate) fn store_coalesced(chunks: &mut BTreeMap<u64, Bytes>, at: u64, bytes:
     chunks.insert(at, Bytes::copy_from_slice(bytes));
 }
 
+/// First block of a flow's run buffer ([`RecvFlow::run`]); each new block doubles, up to
+/// [`RUN_BLOCK_MAX`]: a flow that receives a few bytes costs little, a bulk flow allocates once
+/// per ~45 datagrams.
+const RUN_BLOCK_MIN: usize = 2 << 10;
+
+/// Largest run buffer block (bytes' `BytesMut` keeps this as its original capacity).
+const RUN_BLOCK_MAX: usize = 64 << 10;
+
 /// Receiving state of one flow.
 #[derive(Debug, Default)]
 pub(crate) struct RecvFlow {
-    /// Out-of-order data keyed by offset; never overlapping, never below `read`.
+    /// The run: bytes at `run_at..run_at + run.len()`, which arrived each right after the
+    /// last (the common case). Appending copies into a block shared with the chunks already
+    /// handed to the application, so a datagram in order costs no allocation and no map node.
+    run: BytesMut,
+    run_at: u64,
+    /// Capacity of the run's next block.
+    run_block: usize,
+    /// Other data (arrived out of order) keyed by offset. The run and the chunks never overlap
+    /// and are never below `read`: only bytes not held before are stored.
     chunks: BTreeMap<u64, Bytes>,
     /// Ranges received (at or above `read`).
     received: RangeSet,
@@ -115,10 +131,36 @@ impl RecvFlow {
         Ok(new_highest)
     }
 
-    /// Keeps `bytes`, which start at flow offset `at` and were not held before.
+    /// Keeps `bytes`, which start at flow offset `at` and were not held before: on the run if
+    /// they continue it (or it is empty), else in the map.
     fn store(&mut self, at: u64, bytes: &[u8]) {
         self.received.insert(at..at + bytes.len() as u64);
-        store_coalesced(&mut self.chunks, at, bytes);
+        if self.run.is_empty() {
+            self.run_at = at;
+        } else if self.run_at + self.run.len() as u64 != at {
+            store_coalesced(&mut self.chunks, at, bytes);
+            return;
+        }
+        if self.run.capacity() - self.run.len() < bytes.len() {
+            // A new block (the old one stays alive in the chunks handed out): at least as
+            // large as this payload, the blocks doubling up to RUN_BLOCK_MAX.
+            self.run_block = (self.run_block * 2).clamp(RUN_BLOCK_MIN, RUN_BLOCK_MAX);
+            self.run.reserve(bytes.len().max(self.run_block));
+        }
+        self.run.extend_from_slice(bytes);
+    }
+
+    /// Lets go of an emptied run's block, so that an idle flow holds no buffer (the chunks
+    /// handed out keep their part alive until the application drops them).
+    fn release_empty_run(&mut self) {
+        if self.run.is_empty() {
+            self.run = BytesMut::new();
+        }
+    }
+
+    /// Whether the run holds the next byte to read.
+    fn run_is_next(&self) -> bool {
+        !self.run.is_empty() && self.run_at == self.read
     }
 
     /// Disjoint ranges held (each one costs map nodes whatever its size; the connection
@@ -133,6 +175,7 @@ impl RecvFlow {
     pub(crate) fn discard(&mut self) -> u64 {
         let newly = self.highest.saturating_sub(self.read);
         self.chunks.clear();
+        self.run = BytesMut::new();
         self.received = RangeSet::new();
         self.read = self.highest;
         newly
@@ -161,6 +204,16 @@ impl RecvFlow {
     pub(crate) fn read(&mut self, buf: &mut [u8]) -> usize {
         let mut copied = 0;
         while copied < buf.len() {
+            if self.run_is_next() {
+                let n = self.run.len().min(buf.len() - copied);
+                buf[copied..copied + n].copy_from_slice(&self.run[..n]);
+                self.run.advance(n);
+                self.run_at += n as u64;
+                copied += n;
+                self.read += n as u64;
+                self.release_empty_run();
+                continue;
+            }
             let Some(mut entry) = self.chunks.first_entry() else {
                 break;
             };
@@ -186,18 +239,26 @@ impl RecvFlow {
 
     /// Reads the next in-order chunk without copying.
     pub(crate) fn read_chunk(&mut self, max: usize) -> Option<Bytes> {
-        let mut entry = self.chunks.first_entry()?;
-        if *entry.key() != self.read {
-            return None;
-        }
-        let chunk = entry.get_mut();
-        let out = if chunk.len() <= max {
-            entry.remove()
+        let out = if self.run_is_next() {
+            let n = self.run.len().min(max);
+            self.run_at += n as u64;
+            let out = self.run.split_to(n).freeze();
+            self.release_empty_run();
+            out
         } else {
-            let head = chunk.split_to(max);
-            let rest = entry.remove();
-            self.chunks.insert(self.read + head.len() as u64, rest);
-            head
+            let mut entry = self.chunks.first_entry()?;
+            if *entry.key() != self.read {
+                return None;
+            }
+            let chunk = entry.get_mut();
+            if chunk.len() <= max {
+                entry.remove()
+            } else {
+                let head = chunk.split_to(max);
+                let rest = entry.remove();
+                self.chunks.insert(self.read + head.len() as u64, rest);
+                head
+            }
         };
         self.read += out.len() as u64;
         self.received.remove(0..self.read);
@@ -258,7 +319,7 @@ mod tests {
         }
         assert_eq!(r.buffered(), 30);
         assert_eq!(r.ranges(), 1);
-        let held: usize = r.chunks.values().map(|c| c.len()).sum();
+        let held: usize = r.chunks.values().map(|c| c.len()).sum::<usize>() + r.run.len();
         assert_eq!(held, 30, "stored bytes never exceed the bytes received");
     }
 
@@ -304,8 +365,12 @@ mod tests {
             for (s, e) in pieces {
                 r.insert(s as u64, &data[s..e], e == data.len()).unwrap();
                 prop_assert!(r.buffered() <= 4096);
-                let mut buf = [0u8; 97];
-                loop { let k = r.read(&mut buf); if k == 0 { break; } out.extend_from_slice(&buf[..k]); }
+                if seed % 2 == 0 {
+                    let mut buf = [0u8; 97];
+                    loop { let k = r.read(&mut buf); if k == 0 { break; } out.extend_from_slice(&buf[..k]); }
+                } else {
+                    while let Some(c) = r.read_chunk(1 + seed as usize % 300) { out.extend_from_slice(&c); }
+                }
             }
             prop_assert_eq!(out, data);
             prop_assert!(r.is_finished());
