@@ -687,41 +687,53 @@ fn collect_transmits(
     spare: &mut Vec<Vec<u8>>,
 ) {
     let max_segments = inner.gso_segments.max(1);
-    let mut scratch = spare.pop().unwrap_or_default();
     loop {
-        scratch.clear();
-        let Some(t) = inner.proto.poll_transmit(now, &mut scratch) else {
-            break;
-        };
-        let fits = batches.last().is_some_and(|b| {
-            b.destination == t.destination
-                && b.source == t.source
-                && b.ecn == t.ecn
-                && b.count < max_segments
-                && t.size <= b.segment
-                && b.data.len() % b.segment == 0
-                && b.data.len() + t.size <= MAX_TRANSMIT_BYTES
-        });
-        if fits {
-            if let Some(b) = batches.last_mut() {
-                b.data.extend_from_slice(&scratch[..t.size]);
-                b.count += 1;
+        // The core appends each datagram straight to the open batch (no copy); one that turns
+        // out not to belong there (another address or ECN mark, larger than the batch's
+        // segments, or past its byte cap) is moved to a new batch.
+        let open = batches
+            .last_mut()
+            .filter(|b| b.count < max_segments && b.data.len() % b.segment == 0);
+        let (t, moved) = match open {
+            Some(b) => {
+                let start = b.data.len();
+                let Some(t) = inner.proto.poll_transmit(now, &mut b.data) else {
+                    break;
+                };
+                let fits = b.destination == t.destination
+                    && b.source == t.source
+                    && b.ecn == t.ecn
+                    && t.size <= b.segment
+                    && b.data.len() <= MAX_TRANSMIT_BYTES;
+                if fits {
+                    b.count += 1;
+                    continue;
+                }
+                let mut data = spare.pop().unwrap_or_default();
+                data.clear();
+                data.extend_from_slice(&b.data[start..]);
+                b.data.truncate(start);
+                (t, data)
             }
-        } else {
-            let mut data = spare.pop().unwrap_or_default();
-            data.clear();
-            data.extend_from_slice(&scratch[..t.size]);
-            batches.push(Batch {
-                destination: t.destination,
-                source: t.source,
-                ecn: t.ecn,
-                data,
-                segment: t.size,
-                count: 1,
-            });
-        }
+            None => {
+                let mut data = spare.pop().unwrap_or_default();
+                data.clear();
+                let Some(t) = inner.proto.poll_transmit(now, &mut data) else {
+                    spare.push(data);
+                    break;
+                };
+                (t, data)
+            }
+        };
+        batches.push(Batch {
+            destination: t.destination,
+            source: t.source,
+            ecn: t.ecn,
+            data: moved,
+            segment: t.size,
+            count: 1,
+        });
     }
-    spare.push(scratch);
 }
 
 /// Registers the connections the core accepted and hands them to `accept`, or, while the
