@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::results::{RunFile, SCHEMA};
+use crate::results::RunFile;
 use crate::scenario::RunOpts;
 use crate::spec::Proto;
 
@@ -50,22 +50,14 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<PathBuf> {
     }
     let plan = scenario::plan(opts)?;
     let started = Instant::now();
-    let mut file = RunFile {
-        schema: SCHEMA,
-        scenario: plan.scenario.into(),
-        profile: plan.profile.name.into(),
-        variant: plan.variant.clone(),
-        date: sysinfo::now_rfc3339(),
-        duration_s: 0.0,
-        command: std::env::args().collect(),
-        quick: opts.quick,
-        machine: sysinfo::machine(),
-        versions: sysinfo::versions(),
-        settings: plan.settings.clone(),
-        cases: Vec::new(),
-        summary: Vec::new(),
-        skipped: plan.skipped.clone(),
-    };
+    let mut file = RunFile::new(
+        plan.scenario,
+        plan.profile.name,
+        plan.variant.clone(),
+        opts.quick,
+        plan.settings.clone(),
+        plan.skipped.clone(),
+    );
     let stem = file.file_stem();
     let logs = out.join("logs").join(&stem);
     let _ = std::fs::remove_dir_all(&logs);

@@ -362,6 +362,34 @@ impl Row {
 }
 
 impl RunFile {
+    /// A run starting now on this machine, with no cases yet (command line, machine and
+    /// versions filled in).
+    pub fn new(
+        scenario: &str,
+        profile: &str,
+        variant: String,
+        quick: bool,
+        settings: Value,
+        skipped: Vec<Skipped>,
+    ) -> Self {
+        Self {
+            schema: SCHEMA,
+            scenario: scenario.into(),
+            profile: profile.into(),
+            variant,
+            date: crate::sysinfo::now_rfc3339(),
+            duration_s: 0.0,
+            command: std::env::args().collect(),
+            quick,
+            machine: crate::sysinfo::machine(),
+            versions: crate::sysinfo::versions(),
+            settings,
+            cases: Vec::new(),
+            summary: Vec::new(),
+            skipped,
+        }
+    }
+
     /// The file name this run is written to (without directory).
     pub fn file_stem(&self) -> String {
         if self.variant.is_empty() {

@@ -44,7 +44,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 
-use crate::results::{Case, Row, RunFile, SCHEMA};
+use crate::results::{Case, Row, RunFile};
 use crate::scenario::RunOpts;
 use crate::sysinfo;
 
@@ -920,31 +920,24 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
     }
     let started = Instant::now();
     let size = if opts.quick { SIZE_QUICK } else { SIZE_FULL };
-    let mut file = RunFile {
-        schema: SCHEMA,
-        scenario: "robustness".into(),
-        profile: "loopback".into(),
-        // Another attack rate must not overwrite the standard run's file.
-        variant: if attack_pps() == ATTACK_PPS {
-            String::new()
-        } else {
-            format!("pps{}", attack_pps())
-        },
-        date: sysinfo::now_rfc3339(),
-        duration_s: 0.0,
-        command: std::env::args().collect(),
-        quick: opts.quick,
-        machine: sysinfo::machine(),
-        versions: sysinfo::versions(),
-        settings: json!({
+    // Another attack rate must not overwrite the standard run's file.
+    let variant = if attack_pps() == ATTACK_PPS {
+        String::new()
+    } else {
+        format!("pps{}", attack_pps())
+    };
+    let mut file = RunFile::new(
+        "robustness",
+        "loopback",
+        variant,
+        opts.quick,
+        json!({
             "size": size, "rate_mbps": RATE_BPS / 1e6, "attack_pps": attack_pps(),
             "attack_sources": format!("127.0.0.2-254, {SOCKETS_PER_IP} sockets each"),
             "seed": opts.seed, "server": "tern default EndpointConfig, trust_start",
         }),
-        cases: Vec::new(),
-        summary: Vec::new(),
-        skipped: Vec::new(),
-    };
+        Vec::new(),
+    );
     let logs = out.join("logs").join(file.file_stem());
     std::fs::create_dir_all(&logs)?;
     // `TERN_BENCH_ROBUST_ATTACKS=baseline,initial-flood`: a subset (baseline is needed for

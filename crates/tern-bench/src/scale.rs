@@ -43,7 +43,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::proto::{ternp, tls};
-use crate::results::{stats, Case, Row, RunFile, SCHEMA};
+use crate::results::{stats, Case, Row, RunFile};
 use crate::scenario::RunOpts;
 use crate::spec::Proto;
 use crate::sysinfo;
@@ -832,18 +832,12 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
         })
         .collect();
     let started = Instant::now();
-    let mut file = RunFile {
-        schema: SCHEMA,
-        scenario: "scale".into(),
-        profile: "loopback".into(),
-        variant: variant(q, opts),
-        date: sysinfo::now_rfc3339(),
-        duration_s: 0.0,
-        command: std::env::args().collect(),
-        quick: q,
-        machine: sysinfo::machine(),
-        versions: sysinfo::versions(),
-        settings: json!({
+    let mut file = RunFile::new(
+        "scale",
+        "loopback",
+        variant(q, opts),
+        q,
+        json!({
             "handshake_s": secs,
             "concurrent_clients": CONCURRENT,
             "threads": threads,
@@ -860,10 +854,8 @@ pub fn run(opts: &RunOpts, out: &Path) -> anyhow::Result<std::path::PathBuf> {
             "tern": "tern-bench's tern configuration (trust_start, per-source handshake limit off), max_connections 250000, idle timeout 600 s",
             "quinn": "tern-bench's quinn windows (4/16 MiB), quinn's default stream limits (100: quinn-proto allocates every stream the peer may open at the start, 6 MB per connection at the other runs' 100 000), idle timeout 600 s",
         }),
-        cases: Vec::new(),
-        summary: Vec::new(),
         skipped,
-    };
+    );
     let logs = out.join("logs").join(file.file_stem());
     let _ = std::fs::remove_dir_all(&logs);
     std::fs::create_dir_all(&logs)?;
@@ -1277,29 +1269,15 @@ mod tests {
                        "server_cpu_s": 2.0}),
             )
         };
-        let run = RunFile {
-            schema: SCHEMA,
-            scenario: "scale".into(),
-            profile: "loopback".into(),
-            variant: String::new(),
-            date: String::new(),
-            duration_s: 0.0,
-            command: vec![],
-            quick: true,
-            machine: Default::default(),
-            versions: Default::default(),
-            settings: json!({}),
-            cases: vec![
-                hs("tern", 4000),
-                hs("quic", 2000),
-                hs("tcp-tls", 8000),
-                idle("tern", 2000.0),
-                idle("quic", 8000.0),
-                idle("tcp-tls", 4000.0),
-            ],
-            summary: vec![],
-            skipped: vec![],
-        };
+        let mut run = RunFile::new("scale", "loopback", String::new(), true, json!({}), vec![]);
+        run.cases = vec![
+            hs("tern", 4000),
+            hs("quic", 2000),
+            hs("tcp-tls", 8000),
+            idle("tern", 2000.0),
+            idle("quic", 8000.0),
+            idle("tcp-tls", 4000.0),
+        ];
         let rows = summarize(&run);
         let t = &rows[0].metrics;
         assert_eq!(t["handshakes_per_s"], 2000.0);

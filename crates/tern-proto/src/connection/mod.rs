@@ -760,6 +760,16 @@ impl Connection {
         Ok(())
     }
 
+    /// Closes with AEAD_LIMIT_REACHED: a key reached a usage limit (RFC 9001 §6.6).
+    pub(crate) fn fail_aead_limit(&mut self, now: Instant, reason: &'static str) {
+        self.fail_with(
+            now,
+            TransportErrorCode::AEAD_LIMIT_REACHED,
+            reason,
+            ConnectionError::AeadLimitReached { reason },
+        );
+    }
+
     /// Before a packet is built: updates the send key at half the confidentiality limit;
     /// false (and the connection closing with AEAD_LIMIT_REACHED) when the key is about to
     /// reach the limit and cannot be updated yet.
@@ -778,12 +788,9 @@ impl Connection {
                 true
             }
             crate::crypto::SendCheck::LimitReached => {
-                const REASON: &str = "confidentiality limit: the key update was not acknowledged";
-                self.fail_with(
+                self.fail_aead_limit(
                     now,
-                    TransportErrorCode::AEAD_LIMIT_REACHED,
-                    REASON,
-                    ConnectionError::AeadLimitReached { reason: REASON },
+                    "confidentiality limit: the key update was not acknowledged",
                 );
                 false
             }

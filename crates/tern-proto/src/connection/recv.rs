@@ -98,12 +98,9 @@ impl Connection {
                 self.events
                     .push_back(Event::SecurityViolation(Violation::Authentication));
                 if self.keys.as_mut().is_some_and(|k| k.on_auth_failure()) {
-                    const REASON: &str = "integrity limit: too many packets failed authentication";
-                    self.fail_with(
+                    self.fail_aead_limit(
                         now,
-                        TransportErrorCode::AEAD_LIMIT_REACHED,
-                        REASON,
-                        ConnectionError::AeadLimitReached { reason: REASON },
+                        "integrity limit: too many packets failed authentication",
                     );
                 }
                 return;
