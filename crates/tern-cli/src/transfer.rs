@@ -131,16 +131,24 @@ pub(crate) async fn send_over(
     }
     .await;
     if let Err(e) = result {
-        bar.abandon();
-        // The receiver may have said why (disk full, …).
-        if let Ok(Ok((false, msg))) =
-            tokio::time::timeout(Duration::from_secs(2), read_status(&mut rx)).await
-        {
-            bail!("the receiver failed: {msg}");
+        // The receiver may have said why (disk full, …), or that it verified the whole file
+        // before our last write returned (its status and close can overtake this task).
+        match tokio::time::timeout(Duration::from_secs(2), read_status(&mut rx)).await {
+            Ok(Ok((true, _))) => {
+                bar.finish_and_clear();
+                return Ok((size - offset, start.elapsed()));
+            }
+            Ok(Ok((false, msg))) => {
+                bar.abandon();
+                bail!("the receiver failed: {msg}");
+            }
+            _ => {
+                bar.abandon();
+                bail!(
+                    "transfer interrupted after {sent} of {size} bytes ({e}); run the same command again to resume"
+                );
+            }
         }
-        bail!(
-            "transfer interrupted after {sent} of {size} bytes ({e}); run the same command again to resume"
-        );
     }
     let status = read_status(&mut rx).await.map_err(|e| {
         anyhow!("no confirmation from the receiver ({e}); run the same command again to resume")
@@ -194,8 +202,12 @@ pub(crate) async fn recv(args: &ServerArgs, dir: &Path, once: bool) -> Result<()
                     Err(e) => eprintln!("transfer failed: {e:#}"),
                 }
                 if once {
+                    // The client closes once it has read the status: closing first could
+                    // discard the status (and the acknowledgement of the client's last
+                    // bytes) while still in flight, and the client would report a transfer
+                    // that arrived as interrupted.
+                    let _ = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
                     conn.close(0, b"done");
-                    let _ = tokio::time::timeout(Duration::from_secs(2), conn.closed()).await;
                     return result.map(|_| ());
                 }
             }

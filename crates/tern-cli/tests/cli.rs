@@ -1,6 +1,7 @@
 //! The `tern` command end to end: a 200 MB file over loopback with the same SHA-256 on both
 //! sides, and a clear message with a non-zero exit for every kind of failure.
 
+use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -64,7 +65,7 @@ fn keygen(dir: &Path) -> (PathBuf, String) {
 }
 
 fn start_recv(key: &Path, port: u16, into: &Path) -> Server {
-    let child = tern()
+    let mut child = tern()
         .args(["recv", "--once", "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--key")
@@ -75,8 +76,26 @@ fn start_recv(key: &Path, port: u16, into: &Path) -> Server {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    Server(child)
+    // Ready when it says it listens (not after a fixed sleep, which a loaded machine can
+    // outlast); its stderr keeps being passed on, so the pipe never fills.
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (listening, ready) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut listening = Some(listening);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("listening on") {
+                if let Some(tx) = listening.take() {
+                    let _ = tx.send(());
+                }
+            }
+            eprintln!("tern recv: {line}");
+        }
+    });
+    let server = Server(child);
+    ready
+        .recv_timeout(Duration::from_secs(60))
+        .expect("tern recv says it listens");
+    server
 }
 
 fn stderr(out: &Output) -> String {
