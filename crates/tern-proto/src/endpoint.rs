@@ -794,10 +794,12 @@ impl Endpoint {
         });
     }
 
-    /// Writes the next datagram to send into `buf` (appending). `None` means nothing until
-    /// a datagram arrives, a timer expires (`poll_timeout`, then `handle_timeout`) or the
-    /// application acts through `connection_mut`: only connections touched by one of these
-    /// are asked, so the cost follows the active connections, not the open ones.
+    /// Appends the next datagram to send to `buf` (one whole datagram, or nothing: the bytes
+    /// already in `buf` are left alone, so a caller can build a GSO batch in it). `None`
+    /// means nothing until a datagram arrives, a timer expires (`poll_timeout`, then
+    /// `handle_timeout`) or the application acts through `connection_mut`: only connections
+    /// touched by one of these are asked, so the cost follows the active connections, not the
+    /// open ones.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         if let Some(s) = self.stateless.pop_front() {

@@ -1443,3 +1443,38 @@ fn with_thousands_of_idle_connections_only_the_busy_one_is_polled_and_timers_sti
     assert_eq!(pair.client.connection_count(), 0);
     assert_eq!(pair.server.connection_count(), 0);
 }
+
+/// `poll_transmit` appends one datagram to the caller's buffer, or nothing: the runtime writes
+/// datagrams straight into a GSO batch, so a packet given up half built (here: sealing refused
+/// at the confidentiality limit, then the close it causes) must leave no bytes behind.
+#[test]
+fn poll_transmit_appends_a_whole_datagram_or_nothing() {
+    let mut client = config(1, false);
+    client.connection.confidentiality_limit = 16;
+    let mut pair = Pair::new(client, config(2, true));
+    let (c, _s) = connect(&mut pair, true);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, &[7u8; 60_000]).unwrap();
+    let mut buf = b"earlier datagrams".to_vec();
+    let mut sent = 0;
+    for _ in 0..200 {
+        pair.now += Duration::from_millis(5);
+        while let Some(t) = pair.client.poll_timeout() {
+            if t > pair.now {
+                break;
+            }
+            pair.client.handle_timeout(pair.now);
+        }
+        let before = buf.len();
+        match pair.client.poll_transmit(pair.now, &mut buf) {
+            Some(t) => {
+                assert_eq!(buf.len(), before + t.size, "one whole datagram appended");
+                sent += 1;
+            }
+            None => assert_eq!(buf.len(), before, "nothing appended"),
+        }
+    }
+    assert!(sent > 0);
+    assert!(pair.client.connection(c).is_none_or(|c| c.is_closed()));
+}

@@ -698,6 +698,8 @@ fn collect_transmits(
             Some(b) => {
                 let start = b.data.len();
                 let Some(t) = inner.proto.poll_transmit(now, &mut b.data) else {
+                    // The core appends nothing then; keep the batch whole regardless.
+                    b.data.truncate(start);
                     break;
                 };
                 let fits = b.destination == t.destination

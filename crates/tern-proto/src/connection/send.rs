@@ -637,12 +637,19 @@ impl Connection {
         while buf.len() - payload_start < pad_to {
             buf.push(0);
         }
-        let keys = self.keys.as_mut()?;
-        let (head, body) = buf[start..].split_at_mut(header_len);
-        // Associated data: the header with the router-writable feedback rate zeroed (§6.3).
-        let mut scratch = [0u8; wire::MAX_SHORT_HEADER_LEN];
-        let aad = wire::short_header_aad(head, header.feedback_rate_offset(), &mut scratch);
-        let tag = keys.seal_in_place(path_id, pn, aad, body)?;
+        // Sealing can be refused (no keys, the confidentiality limit): the packet is given up
+        // and the caller's buffer left as it was (the runtime writes into a GSO batch).
+        let sealed = self.keys.as_mut().and_then(|keys| {
+            let (head, body) = buf[start..].split_at_mut(header_len);
+            // Associated data: the header with the router-writable feedback rate zeroed (§6.3).
+            let mut scratch = [0u8; wire::MAX_SHORT_HEADER_LEN];
+            let aad = wire::short_header_aad(head, header.feedback_rate_offset(), &mut scratch);
+            keys.seal_in_place(path_id, pn, aad, body)
+        });
+        let Some(tag) = sealed else {
+            buf.truncate(start);
+            return None;
+        };
         buf.extend_from_slice(&tag);
         let size = buf.len() - start;
         let path = &mut self.paths[index];
