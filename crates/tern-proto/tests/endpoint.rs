@@ -1065,6 +1065,11 @@ fn a_key_update_flips_the_phase_the_peer_follows_and_the_next_waits_for_an_ack()
     pair.exchange();
     let mut sent = 2000;
     for generation in 1..=3u64 {
+        // The server acknowledges data asking for it within 1 ms (its answer may carry the
+        // ACK): let that ACK arrive.
+        pair.now += Duration::from_millis(2);
+        pair.server.handle_timeout(pair.now);
+        pair.exchange();
         let now = pair.now;
         let conn = pair.client.connection_mut(c).unwrap();
         conn.initiate_key_update(now)
@@ -1477,4 +1482,52 @@ fn poll_transmit_appends_a_whole_datagram_or_nothing() {
     }
     assert!(sent > 0);
     assert!(pair.client.connection(c).is_none_or(|c| c.is_closed()));
+}
+
+#[test]
+fn a_request_and_its_reply_cost_one_datagram_each_way() {
+    use tern_proto::message::MessageOptions;
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    // Past the handshake and its acknowledgements; the sender asks for an ACK per several
+    // packets, so the last packet of each message carries an AckRequest.
+    for _ in 0..3 {
+        pair.now += Duration::from_millis(20);
+        pair.client.handle_timeout(pair.now);
+        pair.server.handle_timeout(pair.now);
+        pair.exchange();
+    }
+    let (client_before, server_before) = (pair.client_sent.len(), pair.server_sent.len());
+    for i in 0..10u8 {
+        let now = pair.now;
+        let conn = pair.client.connection_mut(c).unwrap();
+        conn.send_message(
+            now,
+            bytes::Bytes::from(vec![i; 64]),
+            MessageOptions::default(),
+        )
+        .unwrap();
+        pair.exchange();
+        let conn = pair.server.connection_mut(s).unwrap();
+        let request = conn.recv_message().expect("the request arrived");
+        assert_eq!(request.data[0], i);
+        let opts = MessageOptions::default().reply_to(request.id);
+        conn.send_message(now, request.data, opts).unwrap();
+        pair.exchange();
+        let conn = pair.client.connection_mut(c).unwrap();
+        assert_eq!(conn.recv_message().expect("the reply arrived").data[0], i);
+        // The application thinks for a moment, well within the ACK's response window.
+        pair.now += Duration::from_micros(200);
+    }
+    let sent = (
+        pair.client_sent.len() - client_before,
+        pair.server_sent.len() - server_before,
+    );
+    assert_eq!(
+        sent,
+        (10, 10),
+        "each message carries the ACK of the one before; no ACK-only datagram"
+    );
+    let stats = pair.server.connection(s).unwrap().stats();
+    assert!(stats.ack_threshold_requested > 2, "{stats:?}");
 }

@@ -244,10 +244,16 @@ impl Connection {
         payload: &[u8],
     ) -> Result<bool, FrameError> {
         let mut ack_eliciting = false;
+        let (mut ack_request, mut app_data) = (false, false);
         for frame in wire::FrameIter::new(payload) {
             let frame =
                 frame.map_err(|_| (TransportErrorCode::FRAME_ENCODING_ERROR, "malformed frame"))?;
             ack_eliciting |= frame.is_ack_eliciting();
+            match frame {
+                Frame::AckRequest => ack_request = true,
+                Frame::Flow(_) | Frame::Message(_) | Frame::Datagram { .. } => app_data = true,
+                _ => {}
+            }
             // Any frame about a flow the peer has not used yet opens it (and the lower-numbered
             // ones): Flow data, but also a ResetFlow or StopSending that arrives first.
             // The announcement goes before the frame's own events (FlowReadable, …).
@@ -263,6 +269,11 @@ impl Connection {
             }
             if self.is_closed() {
                 break;
+            }
+        }
+        if ack_request {
+            if let Some(path) = self.paths.get_mut(index) {
+                path.acks.on_ack_request(app_data);
             }
         }
         Ok(ack_eliciting)
@@ -328,9 +339,8 @@ impl Connection {
                     .on_nack(nack.missing.iter(), &mut out);
                 self.on_lost(now, index, out.lost);
             }
-            Frame::AckRequest => {
-                self.paths[arrived_on].acks.immediate = true;
-            }
+            // Answered in `process_frames`, which knows whether the packet carried data.
+            Frame::AckRequest => {}
             Frame::AckFrequency {
                 path_id,
                 sequence,

@@ -600,6 +600,9 @@ pub(crate) struct AckTracker {
     pub(crate) dirty: bool,
     /// The peer's latest AckFrequency: (sequence, threshold).
     pub(crate) requested: Option<(u64, u32)>,
+    /// An AckRequest came on a packet carrying application data: acknowledge within
+    /// [`RESPONSE_WINDOW`] rather than at once, so that the application's answer carries it.
+    pub(crate) respond_soon: bool,
     /// ECN codepoints of the packets received (echoed in ACK_ECN frames).
     pub(crate) ecn: EcnCounts,
 }
@@ -610,6 +613,10 @@ pub(crate) struct AckTracker {
 pub(crate) const MAX_ACK_RANGES: usize = 64;
 /// At most this many packet numbers go in one NACK.
 pub(crate) const MAX_NACK: usize = 64;
+/// How long an ACK asked for by an AckRequest on a data-carrying packet may wait for the
+/// application's answer to carry it (a request's reply, an echo). Without it, every request
+/// and every reply cost an ACK-only datagram and a wake-up of the other end.
+pub(crate) const RESPONSE_WINDOW: Duration = Duration::from_millis(1);
 
 impl AckTracker {
     /// The peer asked for an ACK every `threshold` ack-eliciting packets; requests arriving
@@ -617,6 +624,17 @@ impl AckTracker {
     pub(crate) fn on_ack_frequency(&mut self, sequence: u64, threshold: u32) {
         if self.requested.is_none_or(|(s, _)| sequence > s) {
             self.requested = Some((sequence, threshold));
+        }
+    }
+
+    /// The packet being processed carried an AckRequest (§9.5). Without application data
+    /// (a PTO or PMTU probe) the ACK goes at once; with data it may wait
+    /// [`RESPONSE_WINDOW`] for the application's answer.
+    pub(crate) fn on_ack_request(&mut self, app_data: bool) {
+        if app_data {
+            self.respond_soon = true;
+        } else {
+            self.immediate = true;
         }
     }
 
@@ -675,6 +693,10 @@ impl AckTracker {
                 self.deadline = Some(now + max_delay);
             }
         }
+        if std::mem::take(&mut self.respond_soon) {
+            let soon = now + max_delay.min(RESPONSE_WINDOW);
+            self.deadline = Some(self.deadline.map_or(soon, |d| d.min(soon)));
+        }
     }
 
     /// The received ranges an ACK reports, highest first, inclusive.
@@ -700,6 +722,7 @@ impl AckTracker {
         self.unacked_eliciting = 0;
         self.immediate = false;
         self.deadline = None;
+        self.respond_soon = false;
         self.dirty = false;
         self.nack.clear();
     }
@@ -769,6 +792,29 @@ mod tests {
         a.on_packet(now, 3, true, None, 10, Duration::from_millis(10));
         assert_eq!(a.nack, vec![1, 2]);
         assert!(a.wants_ack(now));
+    }
+
+    #[test]
+    fn an_ack_request_with_data_waits_for_the_answer_without_data_not() {
+        let now = crate::cc::testing::epoch();
+        let delay = Duration::from_millis(10);
+        let mut a = AckTracker::default();
+        // A request's last packet: the ACK may wait a little for the reply to carry it.
+        a.on_ack_request(true);
+        a.on_packet(now, 0, true, None, 10, delay);
+        assert!(!a.wants_ack(now));
+        assert_eq!(a.deadline, Some(now + RESPONSE_WINDOW));
+        assert!(a.wants_ack(now + RESPONSE_WINDOW));
+        a.on_ack_sent();
+        // A probe (Ping + AckRequest, no data) is answered at once.
+        a.on_ack_request(false);
+        a.on_packet(now, 1, true, None, 10, delay);
+        assert!(a.wants_ack(now));
+        a.on_ack_sent();
+        // Never later than the advertised max_ack_delay.
+        a.on_ack_request(true);
+        a.on_packet(now, 2, true, None, 10, Duration::from_micros(300));
+        assert_eq!(a.deadline, Some(now + Duration::from_micros(300)));
     }
 
     #[test]
