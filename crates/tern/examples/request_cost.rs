@@ -12,7 +12,9 @@
 //! tern-bench's `echo-sizes` is the comparison with TCP and QUIC; this is the tool for
 //! looking at tern alone (e.g. under `perf`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use tern::{Endpoint, MessageOptions, StaticKeypair};
