@@ -809,6 +809,7 @@ impl Endpoint {
                 source: None,
                 size: s.data.len(),
                 ecn: None,
+                pmtu_probe: false,
             });
         }
         // Round robin between the connections that may have something to send.

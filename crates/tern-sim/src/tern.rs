@@ -217,6 +217,11 @@ pub fn endpoint_config(seed: u64, server: bool) -> EndpointConfig {
     // earlier instance exists: first flights are proven fresh by their timestamps (§7.6).
     cfg.wall_clock = Some(SIMULATED_WALL_CLOCK);
     cfg.first_flight.trust_start = true;
+    // A fixed datagram size (1 452) unless a test raises `max_pmtu`: the suite's figures
+    // (packet counts, loss accounting, fairness at kbit/s) are about other things, and a
+    // search would make every one of them depend on it. `tests/pmtu.rs` runs the default
+    // search (`ConnectionConfig::default().max_pmtu`, 8 972) on its own.
+    cfg.connection.max_pmtu = cfg.connection.max_datagram_size;
     if server {
         cfg.server()
     } else {

@@ -488,6 +488,9 @@ struct Batch {
     data: Vec<u8>,
     segment: usize,
     count: usize,
+    /// A PMTU probe, alone in its batch: the kernel may refuse it (`EMSGSIZE`) if it is
+    /// larger than the interface takes, and must not take other datagrams down with it.
+    pmtu_probe: bool,
 }
 
 impl Batch {
@@ -700,7 +703,7 @@ fn collect_transmits(
         // segments, or past its byte cap) is moved to a new batch.
         let open = batches
             .last_mut()
-            .filter(|b| b.count < max_segments && b.data.len() % b.segment == 0);
+            .filter(|b| b.count < max_segments && b.data.len() % b.segment == 0 && !b.pmtu_probe);
         let (t, moved) = match open {
             Some(b) => {
                 let start = b.data.len();
@@ -712,6 +715,7 @@ fn collect_transmits(
                     && b.source == t.source
                     && b.ecn == t.ecn
                     && t.size <= b.segment
+                    && !t.pmtu_probe
                     && b.data.len() <= MAX_TRANSMIT_BYTES;
                 if fits {
                     b.count += 1;
@@ -738,6 +742,7 @@ fn collect_transmits(
             data: moved,
             segment: t.size,
             count: 1,
+            pmtu_probe: t.pmtu_probe,
         });
     }
 }

@@ -596,7 +596,8 @@ async fn the_builder_binds_ipv6_takes_a_socket_and_turns_gso_off() {
     assert_eq!(srv.await.unwrap(), 300_000);
     let io = client.io_stats();
     assert_eq!(io.datagrams_sent, io.send_calls, "GSO off: {io:?}");
-    assert!(io.send_calls > 200, "{io:?}");
+    // 300 kB is over 30 datagrams even at loopback's 8 972-byte PMTU.
+    assert!(io.send_calls > 30, "{io:?}");
 }
 
 /// What [`LossySocket`] saw, shared with the test.
@@ -705,7 +706,8 @@ async fn an_application_socket_carries_the_connection_and_its_losses_are_recover
     // Everything went through the application's socket, and what it dropped was re-sent.
     let io = client.io_stats();
     assert_eq!(counters.offered.load(Relaxed), io.datagrams_sent, "{io:?}");
-    assert!(counters.dropped.load(Relaxed) >= 30, "{io:?}");
+    // One in 20 of over 110 datagrams (1 MB at up to 8 972 bytes each).
+    assert!(counters.dropped.load(Relaxed) >= 5, "{io:?}");
     assert!(counters.received.load(Relaxed) > 0);
     assert_eq!(counters.received.load(Relaxed), io.datagrams_received);
     assert!(

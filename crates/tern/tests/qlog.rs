@@ -146,12 +146,12 @@ async fn a_transfer_writes_a_qlog_file_per_connection_end() {
         assert!(count("transport:packet_sent") > 0 && count("transport:packet_received") > 0);
         if side == "client" {
             // The sender's packets carried the 2 MiB; its ACKs brought RTT and window.
-            assert!(count("transport:packet_sent") >= SIZE / 1500, "{names:?}");
+            assert!(count("transport:packet_sent") >= SIZE / 9000, "{names:?}");
             assert!(count("recovery:metrics_updated") > 0, "{names:?}");
             assert!(count("recovery:congestion_state_updated") >= 1, "{names:?}");
         } else {
             assert!(
-                count("transport:packet_received") >= SIZE / 1500,
+                count("transport:packet_received") >= SIZE / 9000,
                 "{names:?}"
             );
         }

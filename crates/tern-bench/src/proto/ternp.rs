@@ -285,9 +285,10 @@ pub(crate) fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfi
         cfg.connection.flows.send_buffer = u64::from(b);
     }
     if let Some(size) = settings.datagram_size() {
-        // Both ends: what we send, and what we say we take.
+        // Both ends: what we send, and what we say we take; a fixed size (no PMTU search).
         cfg.connection.max_datagram_size = size;
         cfg.connection.max_recv_datagram_size = size;
+        cfg.connection.max_pmtu = size;
     }
     Ok(cfg)
 }

@@ -39,10 +39,19 @@ impl Connection {
         if !self.confirmed || !matches!(self.state, State::Established) || self.close.is_some() {
             return None;
         }
+        use crate::path::PathState;
+        let active = self
+            .paths
+            .iter()
+            .any(|p| p.usable() && p.state == PathState::Active);
         let mut due = None;
         for (i, p) in self.paths.iter_mut().enumerate() {
-            // A path owing probe-timeout probes sends those first.
-            if !p.usable() || p.probes > 0 {
+            // A path owing probe-timeout probes sends those first. A path that has carried no
+            // data is not searched, nor one kept in standby while another is active (a
+            // reserve, perhaps metered, is not spent on probes; it searches once it takes
+            // over).
+            let reserve = p.state == PathState::Standby && active;
+            if !p.usable() || p.probes > 0 || !p.carried_data || reserve {
                 continue;
             }
             if let Some(size) = p.pmtu.poll_probe(now) {

@@ -22,6 +22,10 @@ pub struct Transmit {
     pub size: usize,
     /// ECN codepoint for the IP header (`None`: Not-ECT).
     pub ecn: Option<EcnCodepoint>,
+    /// A path MTU probe (PROTOCOL.md §5.5): larger than anything else the path carries, and
+    /// possibly larger than the local interface takes. Send it in a system call of its own,
+    /// so that a refusal (`EMSGSIZE`) or a drop costs no other datagram.
+    pub pmtu_probe: bool,
 }
 
 /// Flow frame overhead: type, flow ID, offset and length varints.
@@ -121,7 +125,11 @@ impl Connection {
         }
         // 1b. A path MTU probe (PROTOCOL.md §5.5), at most one in flight per path.
         if let Some((index, size)) = self.build_pmtu_probe(now, buf) {
-            return Some(self.sent_datagram(now, index, size, None, false));
+            let t = self.sent_datagram(now, index, size, None, false);
+            return Some(Transmit {
+                pmtu_probe: true,
+                ..t
+            });
         }
         // 2. Redundant copies of data already sent on another path, where there is room.
         if let Some(k) = (0..self.copies.len()).find(|&k| self.copy_fits(now, k)) {
@@ -187,6 +195,7 @@ impl Connection {
             source: path.source.or(path.local.filter(|_| path.id != 0)),
             size,
             ecn,
+            pmtu_probe: false,
         }
     }
 
@@ -658,6 +667,11 @@ impl Connection {
         }
         if !ack_eliciting && !close_only {
             self.stats.ack_only_sent += 1;
+        }
+        if !path.carried_data {
+            path.carried_data = frames
+                .iter()
+                .any(|f| matches!(f, SentFrame::Flow { .. } | SentFrame::Message { .. }));
         }
         let ecn = path.ecn.mark();
         path.ecn.on_sent(ecn);

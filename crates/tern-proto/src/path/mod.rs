@@ -91,6 +91,9 @@ pub(crate) struct Path {
     pub(crate) limited: bool,
     pub(crate) bytes_received: u64,
     pub(crate) bytes_sent: u64,
+    /// Flow or message data has left on this path: only then is its MTU searched (a path
+    /// kept in reserve, perhaps a metered cellular one, is not spent on probes).
+    pub(crate) carried_data: bool,
     /// Earliest time the pacer lets the next packet go, when it is holding one back.
     pub(crate) pacing_until: Option<Instant>,
     /// What we asked the peer about acknowledging this path's packets (AckFrequency).
@@ -214,6 +217,7 @@ impl Path {
             limited: true,
             bytes_received: 0,
             bytes_sent: 0,
+            carried_data: false,
             pacing_until: None,
             ack_request: AckThresholdRequest::default(),
             ecn: if config.ecn {
