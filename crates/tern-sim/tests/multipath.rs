@@ -843,3 +843,51 @@ fn a_receiving_client_whose_addresses_all_change_keeps_its_download() {
         "{paths:#?}"
     );
 }
+
+#[test]
+fn a_standby_path_spends_nothing_on_pmtu_probes_until_it_takes_over() {
+    // The library's default ceiling (8 972) on links of 1 472: the active path searches, the
+    // standby path does not until the active one dies.
+    let (c, s) = (addr(CLIENT).ip(), addr(SERVER).ip());
+    let t = unequal(11, 4_000_000);
+    let mut sim = build_with(&t, |c| {
+        c.max_pmtu = tern_proto::ConnectionConfig::default().max_pmtu;
+    });
+    sim.schedule_in(Duration::from_millis(300), |sim| {
+        let now = sim.now();
+        assert!(client_conn(sim).set_path_state(now, 1, PathState::Standby));
+    });
+    let sizes = std::rc::Rc::new(std::cell::Cell::new((0u64, 0u64, 0u16)));
+    let at = sizes.clone();
+    sim.schedule_in(Duration::from_millis(400), move |sim| {
+        at.set((client_paths(sim)[1].bytes_sent, 0, 0));
+    });
+    let at = sizes.clone();
+    sim.schedule_in(Duration::from_millis(1_500), move |sim| {
+        let paths = client_paths(sim);
+        at.set((at.get().0, paths[1].bytes_sent, paths[0].max_datagram_size));
+        for (from, to) in [(c, s), (s, c)] {
+            let id = sim.link_between(from, to).unwrap();
+            sim.link_mut(id).set_up(false);
+        }
+    });
+    sim.run_until_done(sim.now() + Duration::from_secs(60))
+        .expect("transfer completes on the standby path");
+    assert_eq!(server(&sim).app.total(), t.bytes, "every byte");
+    let (standby_from, standby_to, active_size) = sizes.get();
+    assert!(
+        active_size > 1452,
+        "the active path searched: {active_size}"
+    );
+    assert!(
+        standby_to - standby_from < 20_000,
+        "standby: only ACKs and keep-alives, no probes ({} bytes in 1.1 s)",
+        standby_to - standby_from
+    );
+    let paths = client_paths(&sim);
+    assert!(
+        paths[1].max_datagram_size > 1452,
+        "once it carries the transfer it searches: {}",
+        paths[1].max_datagram_size
+    );
+}
