@@ -1534,3 +1534,25 @@ fn a_request_and_its_reply_cost_one_datagram_each_way() {
     let stats = pair.server.connection(s).unwrap().stats();
     assert!(stats.ack_threshold_requested > 2, "{stats:?}");
 }
+
+#[test]
+fn a_connection_that_sends_only_datagrams_searches_its_path_mtu() {
+    // The library's default ceiling; the pair has no MTU of its own, so the first probe (the
+    // ceiling) is acknowledged.
+    let mut client = config(1, false);
+    client.connection.max_pmtu = tern_proto::ConnectionConfig::default().max_pmtu;
+    let mut pair = Pair::new(client, config(2, true));
+    let (c, _) = connect(&mut pair, true);
+    for _ in 0..20 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        conn.send_datagram(bytes::Bytes::from_static(b"a video frame"))
+            .unwrap();
+        pair.now += Duration::from_millis(5);
+        pair.client.handle_timeout(pair.now);
+        pair.server.handle_timeout(pair.now);
+        pair.exchange();
+    }
+    let stats = pair.client.connection(c).unwrap().stats();
+    assert!(stats.pmtu_probes_sent >= 1, "{stats:?}");
+    assert_eq!(stats.max_datagram_size, 8972, "{stats:?}");
+}

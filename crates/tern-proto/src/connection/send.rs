@@ -576,7 +576,11 @@ impl Connection {
                 }
                 ack_eliciting |= self.write_control_frames(now, buf, limit, &mut frames);
                 if self.data_allowed_by_window() {
-                    ack_eliciting |= self.write_datagrams(buf, limit);
+                    if self.write_datagrams(buf, limit) {
+                        // Datagrams are not in `frames` (never resent), but they are data.
+                        ack_eliciting = true;
+                        self.paths[index].carried_data = true;
+                    }
                     let before = frames.len();
                     let data_start = buf.len();
                     let top = self.write_message_frames(now, index, buf, limit, &mut frames);

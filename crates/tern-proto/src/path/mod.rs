@@ -91,7 +91,7 @@ pub(crate) struct Path {
     pub(crate) limited: bool,
     pub(crate) bytes_received: u64,
     pub(crate) bytes_sent: u64,
-    /// Flow or message data has left on this path: only then is its MTU searched (a path
+    /// Flow, message or datagram data has left on this path: only then is its MTU searched (a path
     /// kept in reserve, perhaps a metered cellular one, is not spent on probes).
     pub(crate) carried_data: bool,
     /// Earliest time the pacer lets the next packet go, when it is holding one back.
