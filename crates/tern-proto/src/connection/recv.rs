@@ -272,8 +272,9 @@ impl Connection {
             }
         }
         if ack_request {
+            let max_delay = self.config.max_ack_delay;
             if let Some(path) = self.paths.get_mut(index) {
-                path.acks.on_ack_request(app_data);
+                path.acks.on_ack_request(now, app_data, max_delay);
             }
         }
         Ok(ack_eliciting)

@@ -576,17 +576,18 @@ impl Connection {
                 }
                 ack_eliciting |= self.write_control_frames(now, buf, limit, &mut frames);
                 if self.data_allowed_by_window() {
-                    if self.write_datagrams(buf, limit) {
-                        // Datagrams are not in `frames` (never resent), but they are data.
-                        ack_eliciting = true;
-                        self.paths[index].carried_data = true;
-                    }
+                    let datagrams = self.write_datagrams(buf, limit);
                     let before = frames.len();
                     let data_start = buf.len();
                     let top = self.write_message_frames(now, index, buf, limit, &mut frames);
                     let room = limit.saturating_sub(buf.len());
                     self.write_flow_frames(buf, room, &mut frames);
-                    ack_eliciting |= frames.len() > before;
+                    ack_eliciting |= datagrams || frames.len() > before;
+                    let path = &mut self.paths[index];
+                    if !path.carried_data {
+                        path.carried_data =
+                            datagrams || frames[before..].iter().any(SentFrame::is_data);
+                    }
                     let urgent = top.is_some_and(|p| {
                         self.config.redundant_priority.is_some_and(|min| p >= min)
                     });
@@ -613,10 +614,7 @@ impl Connection {
             }
         }
         if let Some(before) = probe_frames {
-            let data = frames[before..]
-                .iter()
-                .any(|f| matches!(f, SentFrame::Flow { .. } | SentFrame::Message { .. }));
-            if !data {
+            if !frames[before..].iter().any(SentFrame::is_data) {
                 self.stats.probe_padding_packets += 1;
             }
         }
@@ -671,11 +669,6 @@ impl Connection {
         }
         if !ack_eliciting && !close_only {
             self.stats.ack_only_sent += 1;
-        }
-        if !path.carried_data {
-            path.carried_data = frames
-                .iter()
-                .any(|f| matches!(f, SentFrame::Flow { .. } | SentFrame::Message { .. }));
         }
         let ecn = path.ecn.mark();
         path.ecn.on_sent(ecn);

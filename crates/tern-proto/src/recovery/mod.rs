@@ -80,6 +80,13 @@ pub(crate) enum SentFrame {
     PmtuProbe(u16),
 }
 
+impl SentFrame {
+    /// Application data: flow or message bytes (datagrams are not recorded, never resent).
+    pub(crate) fn is_data(&self) -> bool {
+        matches!(self, SentFrame::Flow { .. } | SentFrame::Message { .. })
+    }
+}
+
 /// One packet in flight.
 #[derive(Debug, Clone)]
 pub(crate) struct SentPacket {
@@ -600,9 +607,6 @@ pub(crate) struct AckTracker {
     pub(crate) dirty: bool,
     /// The peer's latest AckFrequency: (sequence, threshold).
     pub(crate) requested: Option<(u64, u32)>,
-    /// An AckRequest came on a packet carrying application data: acknowledge within
-    /// [`RESPONSE_WINDOW`] rather than at once, so that the application's answer carries it.
-    pub(crate) respond_soon: bool,
     /// ECN codepoints of the packets received (echoed in ACK_ECN frames).
     pub(crate) ecn: EcnCounts,
 }
@@ -629,10 +633,12 @@ impl AckTracker {
 
     /// The packet being processed carried an AckRequest (§9.5). Without application data
     /// (a PTO or PMTU probe) the ACK goes at once; with data it may wait
-    /// [`RESPONSE_WINDOW`] for the application's answer.
-    pub(crate) fn on_ack_request(&mut self, app_data: bool) {
+    /// [`RESPONSE_WINDOW`] (at most `max_delay`) for the application's answer. Called before
+    /// `on_packet` for the same packet, which keeps the earlier deadline.
+    pub(crate) fn on_ack_request(&mut self, now: Instant, app_data: bool, max_delay: Duration) {
         if app_data {
-            self.respond_soon = true;
+            let soon = now + max_delay.min(RESPONSE_WINDOW);
+            self.deadline = Some(self.deadline.map_or(soon, |d| d.min(soon)));
         } else {
             self.immediate = true;
         }
@@ -693,10 +699,6 @@ impl AckTracker {
                 self.deadline = Some(now + max_delay);
             }
         }
-        if std::mem::take(&mut self.respond_soon) {
-            let soon = now + max_delay.min(RESPONSE_WINDOW);
-            self.deadline = Some(self.deadline.map_or(soon, |d| d.min(soon)));
-        }
     }
 
     /// The received ranges an ACK reports, highest first, inclusive.
@@ -722,7 +724,6 @@ impl AckTracker {
         self.unacked_eliciting = 0;
         self.immediate = false;
         self.deadline = None;
-        self.respond_soon = false;
         self.dirty = false;
         self.nack.clear();
     }
@@ -800,20 +801,21 @@ mod tests {
         let delay = Duration::from_millis(10);
         let mut a = AckTracker::default();
         // A request's last packet: the ACK may wait a little for the reply to carry it.
-        a.on_ack_request(true);
+        a.on_ack_request(now, true, delay);
         a.on_packet(now, 0, true, None, 10, delay);
         assert!(!a.wants_ack(now));
         assert_eq!(a.deadline, Some(now + RESPONSE_WINDOW));
         assert!(a.wants_ack(now + RESPONSE_WINDOW));
         a.on_ack_sent();
         // A probe (Ping + AckRequest, no data) is answered at once.
-        a.on_ack_request(false);
+        a.on_ack_request(now, false, delay);
         a.on_packet(now, 1, true, None, 10, delay);
         assert!(a.wants_ack(now));
         a.on_ack_sent();
         // Never later than the advertised max_ack_delay.
-        a.on_ack_request(true);
-        a.on_packet(now, 2, true, None, 10, Duration::from_micros(300));
+        let short = Duration::from_micros(300);
+        a.on_ack_request(now, true, short);
+        a.on_packet(now, 2, true, None, 10, short);
         assert_eq!(a.deadline, Some(now + Duration::from_micros(300)));
     }
 
