@@ -4,7 +4,8 @@
 //! A connection changes only when the endpoint hands it a datagram, runs its timer, or gives
 //! it to the application (`Endpoint::connection_mut`); each of these *touches* it. A touched
 //! connection is queued for `poll_transmit` and `poll_event` (and leaves each queue when it
-//! has nothing more), and its timer is re-read before the next `poll_timeout`. Timers live in
+//! has nothing more), and its timer is re-read before the next `poll_timeout`; so is the
+//! timer of a connection asked for a datagram, whether it had one or not. Timers live in
 //! a binary heap with lazy deletion: an entry is live only while it matches the deadline
 //! recorded for its slot, and the heap is rebuilt when stale entries outnumber live ones.
 
@@ -119,9 +120,15 @@ impl Schedule {
         self.touch_timer(idx);
     }
 
-    /// The slot from `next_transmit` has nothing to send until touched again.
+    /// The slot from `next_transmit` has nothing to send until touched again. Asking it may
+    /// have moved its deadline all the same (a pacer that refused a packet sets when it may
+    /// leave), so its timer is re-read: otherwise a sender with nothing in flight, whose pacer
+    /// said "not yet", would sleep until its idle timeout.
     pub(crate) fn transmit_idle(&mut self) {
-        self.transmit.pop();
+        if let Some(idx) = self.transmit.front() {
+            self.transmit.pop();
+            self.stale.push(idx);
+        }
     }
 
     /// The slot to ask for an event next.
@@ -240,6 +247,23 @@ mod tests {
         assert_eq!(s.next_transmit(), None);
         s.touch(2);
         assert_eq!(s.next_transmit(), Some(2));
+    }
+
+    #[test]
+    fn a_slot_asked_in_vain_has_its_timer_read_again() {
+        // Asking a connection for a datagram can move its deadline even when it sends
+        // nothing (its pacer sets when the next packet may leave).
+        let t0 = epoch();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut deadline = Some(ms(30_000));
+        let mut s = Schedule::default();
+        s.occupy(0);
+        s.refresh(|_| deadline);
+        assert_eq!(s.next_transmit(), Some(0));
+        deadline = Some(ms(2));
+        s.transmit_idle();
+        s.refresh(|_| deadline);
+        assert_eq!(s.earliest(), Some(ms(2)));
     }
 
     #[test]

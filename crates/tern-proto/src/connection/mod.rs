@@ -1164,6 +1164,18 @@ impl Connection {
             }
         }
         if self.idle_deadline.is_some_and(|d| now >= d) {
+            // What a silent connection was waiting for: a sender with data, window and
+            // nothing in flight points at a timer that was never armed.
+            tracing::debug!(
+                sendable = self.has_sendable_data(),
+                in_flight = self
+                    .paths
+                    .iter()
+                    .map(|p| p.sent.bytes_in_flight)
+                    .sum::<u64>(),
+                window = self.paths.iter().map(|p| p.cc.window()).sum::<u64>(),
+                "idle timeout"
+            );
             self.enter_drained(ConnectionError::TimedOut);
             return;
         }
