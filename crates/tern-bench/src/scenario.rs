@@ -105,6 +105,60 @@ pub fn encoder_frame_size(rate: Option<u64>, interval_s: f64, sizes: &[u32]) -> 
         .unwrap_or(smallest)
 }
 
+/// The adaptive MAR encoder (`--tern-mode adaptive:MS`): each frame is the largest quality
+/// level that `gain × rate` carries in one frame interval ([`encoder_frame_size`]), `rate` the
+/// transport's target rate. The gain (at most 1: never above the transport's rate) is cut by
+/// [`MarEncoder::BACKOFF`] for every frame that finds an earlier one *late* — unanswered one
+/// unloaded round trip plus one frame interval after it left, so queued somewhere — and
+/// recovers by [`MarEncoder::RECOVER_PER_S`] per second otherwise.
+///
+/// Why not the rate alone: a controller's rate estimate trails a radio link's drops by a round
+/// trip or more, and every frame sized from the old rate queues behind the one before; on a
+/// drive trace half the frames then miss a 150 ms deadline. Backing off as soon as frames
+/// queue, as real-time encoders do with their own pushback, keeps the queue near empty.
+#[derive(Clone, Debug)]
+pub struct MarEncoder {
+    gain: f64,
+}
+
+impl Default for MarEncoder {
+    fn default() -> Self {
+        Self { gain: 1.0 }
+    }
+}
+
+impl MarEncoder {
+    /// Per late frame, the gain's cut.
+    pub const BACKOFF: f64 = 0.8;
+    /// Per second without a late frame, the gain's growth (back up to 1).
+    pub const RECOVER_PER_S: f64 = 1.25;
+    /// The lowest gain.
+    pub const GAIN_MIN: f64 = 0.2;
+
+    /// The next frame's size among `sizes` (ascending) at `rate` bytes per second, one frame
+    /// every `interval_s`; `late` = an earlier frame is late (see the type's doc).
+    pub fn next_size(
+        &mut self,
+        rate: Option<u64>,
+        interval_s: f64,
+        sizes: &[u32],
+        late: bool,
+    ) -> u32 {
+        self.gain = if late {
+            (self.gain * Self::BACKOFF).max(Self::GAIN_MIN)
+        } else {
+            (self.gain * Self::RECOVER_PER_S.powf(interval_s)).min(1.0)
+        };
+        let rate = rate.map(|r| (r as f64 * self.gain) as u64);
+        encoder_frame_size(rate, interval_s, sizes)
+    }
+
+    /// The gain now (for tests and logs).
+    pub fn gain(&self) -> f64 {
+        self.gain
+    }
+}
+
 /// Reply size of `mar`.
 pub const MAR_REPLY: u32 = 100;
 
@@ -2179,6 +2233,29 @@ mod tests {
         // More than the largest size needs: the largest.
         assert_eq!(encoder_frame_size(Some(u64::MAX), iv, &MAR_SIZES), 151_200);
         assert_eq!(encoder_frame_size(Some(1), iv, &[]), 0);
+    }
+
+    #[test]
+    fn the_mar_encoder_backs_off_while_frames_are_late_and_recovers_after() {
+        let iv = 1.0 / 30.0;
+        let rate = Some(97_400 * 30);
+        let mut enc = MarEncoder::default();
+        assert_eq!(enc.next_size(rate, iv, &MAR_SIZES, false), 97_400);
+        // Each late frame cuts the gain: 0.8 (77.9 kB), 0.64 (62.3 kB), 0.51, ... down to 0.2.
+        let sizes: Vec<u32> = (0..10)
+            .map(|_| enc.next_size(rate, iv, &MAR_SIZES, true))
+            .collect();
+        assert_eq!(&sizes[..3], &[62_800, 40_500, 40_500]);
+        assert!((enc.gain() - MarEncoder::GAIN_MIN).abs() < 1e-9);
+        assert_eq!(sizes[9], 16_800);
+        // Never above the transport's rate, however long nothing is late.
+        for _ in 0..30 * 60 {
+            enc.next_size(rate, iv, &MAR_SIZES, false);
+        }
+        assert_eq!(enc.gain(), 1.0);
+        assert_eq!(enc.next_size(rate, iv, &MAR_SIZES, false), 97_400);
+        // No rate yet: the smallest level, whatever the gain.
+        assert_eq!(enc.next_size(None, iv, &MAR_SIZES, false), 4_500);
     }
 
     #[test]

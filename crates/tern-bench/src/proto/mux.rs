@@ -203,6 +203,8 @@ struct Timed {
     at: Instant,
     rtt: Arc<Mutex<Vec<Option<f64>>>>,
     first_error: Arc<Mutex<Option<String>>>,
+    /// Cleared when the request ends (answered, given up or failed); `None`: not tracked.
+    pending: Option<Arc<Mutex<Vec<bool>>>>,
 }
 
 impl Timed {
@@ -218,6 +220,9 @@ impl Timed {
                     .unwrap()
                     .get_or_insert(e.to_string());
             }
+        }
+        if let Some(pending) = &self.pending {
+            pending.lock().unwrap()[self.i] = false;
         }
     }
 }
@@ -291,6 +296,7 @@ pub async fn rpc_client<M: Mux>(
                         at,
                         rtt: rtt.clone(),
                         first_error: first_error.clone(),
+                        pending: None,
                     };
                     tasks.spawn(timed.request::<M>(conn.clone(), msg.clone(), reply));
                 }
@@ -336,8 +342,9 @@ pub async fn rpc_client<M: Mux>(
 
 /// The plan's load with the client as an encoder: as many open-loop requests (frames) as
 /// the plan has in all (`per_size` × sizes), one every `interval_ms`, on one connection;
-/// each frame's size is the largest plan size the transport's rate allows per interval
-/// ([`crate::scenario::encoder_frame_size`]), read when the frame is due. Samples carry the
+/// each frame's size is the largest plan size the transport's rate allows per interval,
+/// less a pushback while earlier frames are late ([`crate::scenario::MarEncoder`]), read
+/// when the frame is due. Samples carry the
 /// frame number as `seq` and the size chosen.
 pub async fn adaptive_client<M: Mux>(
     m: Arc<M>,
@@ -379,21 +386,30 @@ pub async fn adaptive_client<M: Mux>(
     let mut sched = Vec::with_capacity(n);
     let mut chosen = Vec::with_capacity(n);
     let rtt: Arc<Mutex<Vec<Option<f64>>>> = Arc::new(Mutex::new(vec![None; n]));
+    let pending = Arc::new(Mutex::new(vec![false; n]));
     let first_error: Arc<Mutex<Option<String>>> = Arc::default();
     let mut tasks = tokio::task::JoinSet::new();
+    let mut encoder = crate::scenario::MarEncoder::default();
     for i in 0..n {
         let at = start + Duration::from_secs_f64(i as f64 * interval_ms / 1e3);
         sched.push(at);
         tokio::time::sleep_until(at.into()).await;
-        let size =
-            crate::scenario::encoder_frame_size(M::rate_hint(&conn), interval_ms / 1e3, &sizes);
+        let late = any_late(
+            &sched,
+            &pending.lock().unwrap(),
+            &rtt.lock().unwrap(),
+            interval_ms,
+        );
+        let size = encoder.next_size(M::rate_hint(&conn), interval_ms / 1e3, &sizes, late);
         chosen.push(size);
         let k = sizes.iter().position(|&s| s == size).unwrap_or(0);
+        pending.lock().unwrap()[i] = true;
         let timed = Timed {
             i,
             at,
             rtt: rtt.clone(),
             first_error: first_error.clone(),
+            pending: Some(pending.clone()),
         };
         tasks.spawn(timed.request::<M>(conn.clone(), msgs[k].clone(), reply_of(size)));
     }
@@ -415,6 +431,21 @@ pub async fn adaptive_client<M: Mux>(
         })
         .collect();
     (out, error, Value::Array(vec![stats]))
+}
+
+/// Whether a frame still waiting for its answer is late ([`crate::scenario::MarEncoder`]):
+/// sent more than the least round trip seen so far plus one frame interval ago. Before the
+/// first answer there is no round trip to hold frames to, so none is late.
+fn any_late(sched: &[Instant], pending: &[bool], rtt: &[Option<f64>], interval_ms: f64) -> bool {
+    let Some(min_rtt) = rtt.iter().flatten().copied().reduce(f64::min) else {
+        return false;
+    };
+    let now = Instant::now();
+    let patience = Duration::from_secs_f64((min_rtt + interval_ms) / 1e3);
+    sched
+        .iter()
+        .zip(pending)
+        .any(|(at, &waiting)| waiting && now.saturating_duration_since(*at) > patience)
 }
 
 /// Runs a flow plan: one task per thread, each flow on a new connection.

@@ -46,7 +46,8 @@ pub enum TernMode {
     },
     /// The client is an encoder following tern's target rate (`mar`): one connection, one
     /// request message per 30 Hz frame with this deadline, its size the largest MAR size
-    /// the target rate allows per frame ([`crate::scenario::encoder_frame_size`]).
+    /// the target rate allows per frame, less a pushback while earlier frames are late
+    /// ([`crate::scenario::MarEncoder`]).
     Adaptive {
         /// Per-frame deadline, as `Messages`' (required: a late frame is useless).
         deadline: Duration,
