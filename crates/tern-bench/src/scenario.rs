@@ -107,7 +107,8 @@ pub fn encoder_frame_size(rate: Option<u64>, interval_s: f64, sizes: &[u32]) -> 
 
 /// The adaptive MAR encoder (`--tern-mode adaptive:MS`): each frame is the largest quality
 /// level that `gain × rate` carries in one frame interval ([`encoder_frame_size`]), `rate` the
-/// transport's target rate. The gain (at most 1: never above the transport's rate) is cut by
+/// transport's target rate. The gain (at most 1: never above the transport's rate; 0.5 at
+/// first) is cut by
 /// [`MarEncoder::BACKOFF`] for every frame that finds an earlier one *late* — unanswered one
 /// unloaded round trip plus one frame interval after it left, so queued somewhere — and
 /// recovers by [`MarEncoder::RECOVER_PER_S`] per second otherwise.
@@ -122,8 +123,13 @@ pub struct MarEncoder {
 }
 
 impl Default for MarEncoder {
+    /// Half the transport's rate at first: a fresh connection's rate is its least certain
+    /// (a controller in slow start offers its fastest-growing one), as real-time encoders
+    /// start below the rate they are given and climb.
     fn default() -> Self {
-        Self { gain: 1.0 }
+        Self {
+            gain: Self::START_GAIN,
+        }
     }
 }
 
@@ -134,6 +140,8 @@ impl MarEncoder {
     pub const RECOVER_PER_S: f64 = 1.25;
     /// The lowest gain.
     pub const GAIN_MIN: f64 = 0.2;
+    /// The first frame's gain.
+    pub const START_GAIN: f64 = 0.5;
 
     /// The next frame's size among `sizes` (ascending) at `rate` bytes per second, one frame
     /// every `interval_s`; `late` = an earlier frame is late (see the type's doc).
@@ -2240,6 +2248,15 @@ mod tests {
         let iv = 1.0 / 30.0;
         let rate = Some(97_400 * 30);
         let mut enc = MarEncoder::default();
+        // It starts at half the rate and reaches the whole of it in about 3 s (1.25^3.1 = 2).
+        assert_eq!(enc.next_size(rate, iv, &MAR_SIZES, false), 40_500);
+        for _ in 0..30 * 3 {
+            enc.next_size(rate, iv, &MAR_SIZES, false);
+        }
+        assert!(enc.gain() > 0.95 && enc.gain() < 1.0, "{}", enc.gain());
+        for _ in 0..30 {
+            enc.next_size(rate, iv, &MAR_SIZES, false);
+        }
         assert_eq!(enc.next_size(rate, iv, &MAR_SIZES, false), 97_400);
         // Each late frame cuts the gain: 0.8 (77.9 kB), 0.64 (62.3 kB), 0.51, ... down to 0.2.
         let sizes: Vec<u32> = (0..10)

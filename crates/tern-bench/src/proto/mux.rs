@@ -433,15 +433,24 @@ pub async fn adaptive_client<M: Mux>(
     (out, error, Value::Array(vec![stats]))
 }
 
+/// Before the first answer, how long a frame may wait before it counts as late: a frame
+/// unanswered this long on a fresh connection is queued behind a rate the link does not
+/// have (the first answer on the drive traces comes after 40-60 ms).
+const FIRST_ANSWER_PATIENCE_MS: f64 = 100.0;
+
 /// Whether a frame still waiting for its answer is late ([`crate::scenario::MarEncoder`]):
-/// sent more than the least round trip seen so far plus one frame interval ago. Before the
-/// first answer there is no round trip to hold frames to, so none is late.
+/// sent more than the least round trip seen so far plus one frame interval ago, or
+/// [`FIRST_ANSWER_PATIENCE_MS`] before any answer (a controller in slow start offers its
+/// fastest-growing rate exactly then).
 fn any_late(sched: &[Instant], pending: &[bool], rtt: &[Option<f64>], interval_ms: f64) -> bool {
-    let Some(min_rtt) = rtt.iter().flatten().copied().reduce(f64::min) else {
-        return false;
-    };
+    let patience_ms = rtt
+        .iter()
+        .flatten()
+        .copied()
+        .reduce(f64::min)
+        .map_or(FIRST_ANSWER_PATIENCE_MS, |min_rtt| min_rtt + interval_ms);
     let now = Instant::now();
-    let patience = Duration::from_secs_f64((min_rtt + interval_ms) / 1e3);
+    let patience = Duration::from_secs_f64(patience_ms / 1e3);
     sched
         .iter()
         .zip(pending)
