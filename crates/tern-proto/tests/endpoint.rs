@@ -1592,6 +1592,27 @@ impl tern_proto::cc::ControllerFactory for PairsThenPacer {
     }
 }
 
+/// One pass of `from` in the runtime driver's order (its expired timers, then every datagram
+/// it has, each handed to `to` at once). Returns whether it sent anything.
+fn driver_pass(
+    from: &mut Endpoint,
+    to: &mut Endpoint,
+    now: Instant,
+    from_addr: SocketAddr,
+) -> bool {
+    if from.poll_timeout().is_some_and(|t| t <= now) {
+        from.handle_timeout(now);
+    }
+    let mut sent = false;
+    let mut buf = Vec::new();
+    while let Some(t) = from.poll_transmit(now, &mut buf) {
+        let mut d = buf[buf.len() - t.size..].to_vec();
+        to.handle(now, from_addr, None, &mut d);
+        sent = true;
+    }
+    sent
+}
+
 #[test]
 fn a_sender_held_back_by_its_pacer_with_nothing_in_flight_wakes_when_the_pacer_allows() {
     // Driven in the runtime driver's order: a datagram arrives (here an ACK of everything in
@@ -1613,22 +1634,13 @@ fn a_sender_held_back_by_its_pacer_with_nothing_in_flight_wakes_when_the_pacer_a
     let start = pair.now;
     let mut received = 0;
     let mut server_flow = None;
-    let mut buf = Vec::new();
     let mut out = vec![0u8; 65536];
     while received < SIZE && pair.now < start + Duration::from_secs(5) {
         // One round per side: timers, then datagrams, each delivered at once.
         let mut progress = true;
         while progress {
             progress = false;
-            if pair.client.poll_timeout().is_some_and(|t| t <= pair.now) {
-                pair.client.handle_timeout(pair.now);
-            }
-            buf.clear();
-            while let Some(t) = pair.client.poll_transmit(pair.now, &mut buf) {
-                let mut d = buf[buf.len() - t.size..].to_vec();
-                pair.server.handle(pair.now, caddr, None, &mut d);
-                progress = true;
-            }
+            progress |= driver_pass(&mut pair.client, &mut pair.server, pair.now, caddr);
             let endpoint_deadline = pair.client.poll_timeout();
             let conn = pair.client.connection(c).unwrap();
             assert_eq!(
@@ -1637,15 +1649,7 @@ fn a_sender_held_back_by_its_pacer_with_nothing_in_flight_wakes_when_the_pacer_a
                 "the endpoint's deadline is its connection's ({} bytes in flight)",
                 conn.stats().bytes_in_flight
             );
-            if pair.server.poll_timeout().is_some_and(|t| t <= pair.now) {
-                pair.server.handle_timeout(pair.now);
-            }
-            buf.clear();
-            while let Some(t) = pair.server.poll_transmit(pair.now, &mut buf) {
-                let mut d = buf[buf.len() - t.size..].to_vec();
-                pair.client.handle(pair.now, saddr, None, &mut d);
-                progress = true;
-            }
+            progress |= driver_pass(&mut pair.server, &mut pair.client, pair.now, saddr);
             let conn = pair.server.connection_mut(s).unwrap();
             let id = match server_flow {
                 Some(id) => Some(id),
