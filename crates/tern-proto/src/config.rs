@@ -83,8 +83,7 @@ pub struct ConnectionConfig {
     /// `max_datagram_size` caps it too. 8 972 by default: a 9 000-byte jumbo frame over IPv4
     /// (loopback and veth carry it; on Ethernet the search ends within 16 bytes of 1 472, after
     /// probes that the local stack refuses or the path drops, none of them counted as
-    /// congestion). 1 452
-    /// (the start size) searches nothing but still detects black holes.
+    /// congestion). 1 452 (the start size) searches nothing but still detects black holes.
     pub max_pmtu: u16,
     /// How long a completed search rests before it probes again (RFC 8899 §5.1.1's
     /// PMTU_RAISE_TIMER: 600 s).

@@ -35,11 +35,11 @@ impl SlotQueue {
         self.queue.front().copied()
     }
 
-    /// Removes the front slot (it has nothing more to give).
-    fn pop(&mut self) {
-        if let Some(idx) = self.queue.pop_front() {
-            self.queued[idx] = false;
-        }
+    /// Removes the front slot (it has nothing more to give) and returns it.
+    fn pop(&mut self) -> Option<usize> {
+        let idx = self.queue.pop_front()?;
+        self.queued[idx] = false;
+        Some(idx)
     }
 
     /// Moves the front slot to the back (round robin).
@@ -125,8 +125,7 @@ impl Schedule {
     /// leave), so its timer is re-read: otherwise a sender with nothing in flight, whose pacer
     /// said "not yet", would sleep until its idle timeout.
     pub(crate) fn transmit_idle(&mut self) {
-        if let Some(idx) = self.transmit.front() {
-            self.transmit.pop();
+        if let Some(idx) = self.transmit.pop() {
             self.stale.push(idx);
         }
     }
