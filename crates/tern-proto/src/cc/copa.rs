@@ -96,9 +96,9 @@
 //!
 //! [`Classic`]: super::Classic
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::windowed::Windowed;
 use super::{Controller, ControllerFactory, Metrics, PathInfo};
 use crate::recovery::rtt::RttEstimator;
 
@@ -134,65 +134,6 @@ const MAX_WINDOW: f64 = (1u64 << 48) as f64;
 
 /// Largest velocity (2^20): reached only after twenty RTTs of doubling.
 const MAX_VELOCITY: f64 = (1u64 << 20) as f64;
-
-/// Most samples a windowed filter keeps.
-const MAX_SAMPLES: usize = 4096;
-
-/// A windowed minimum (or maximum) of RTT samples, as a monotonic deque.
-#[derive(Debug, Clone, Default)]
-struct Windowed {
-    max: bool,
-    /// (time, sample): times increasing, samples increasing (min) or decreasing (max), so the
-    /// front is the extreme of the window.
-    samples: VecDeque<(Instant, Duration)>,
-}
-
-impl Windowed {
-    fn new(max: bool) -> Self {
-        Self {
-            max,
-            samples: VecDeque::new(),
-        }
-    }
-
-    fn push(&mut self, now: Instant, sample: Duration) {
-        // A sample from a clock that stepped back is stamped with the latest time seen.
-        let now = self.samples.back().map_or(now, |&(t, _)| t.max(now));
-        while let Some(&(_, back)) = self.samples.back() {
-            let dominated = if self.max {
-                back <= sample
-            } else {
-                back >= sample
-            };
-            if !dominated {
-                break;
-            }
-            self.samples.pop_back();
-        }
-        self.samples.push_back((now, sample));
-        if self.samples.len() > MAX_SAMPLES {
-            self.samples.pop_front();
-        }
-    }
-
-    /// The extreme of the samples of the last `window` before `now` (the newest sample if all
-    /// are older).
-    fn get(&mut self, now: Instant, window: Duration) -> Option<Duration> {
-        while self.samples.len() > 1
-            && self
-                .samples
-                .front()
-                .is_some_and(|&(t, _)| now.saturating_duration_since(t) > window)
-        {
-            self.samples.pop_front();
-        }
-        self.samples.front().map(|&(_, s)| s)
-    }
-
-    fn clear(&mut self) {
-        self.samples.clear();
-    }
-}
 
 /// Direction of the window over the last RTT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -558,11 +499,7 @@ impl Controller for Copa {
 
     fn pacing_rate(&self, rtt: &RttEstimator) -> Option<u64> {
         // RTTstanding as of the latest ACK (the filter is only trimmed on ACKs).
-        let standing = self
-            .standing
-            .samples
-            .front()
-            .map_or_else(|| rtt.smoothed(), |&(_, s)| s);
+        let standing = self.standing.front().unwrap_or_else(|| rtt.smoothed());
         let secs = standing.as_secs_f64().max(1e-6);
         Some(((2.0 * self.cwnd / secs) as u64).max(1))
     }

@@ -74,6 +74,7 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 pub mod udt;
+mod windowed;
 
 /// The RTT estimate a controller is handed on every ACK (re-exported so that a controller can
 /// be written against this module alone).

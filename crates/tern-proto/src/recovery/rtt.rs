@@ -39,6 +39,10 @@ pub struct RttEstimator {
     min: Option<Duration>,
     /// Upper bound on the ACK delay the peer may report (RFC 9002 §5.3).
     max_ack_delay: Duration,
+    /// The most recent sample less the ACK delay, as fed to `smoothed_rtt`.
+    adjusted: Duration,
+    /// Samples taken so far (tells a caller whether a new one arrived).
+    count: u64,
 }
 
 impl RttEstimator {
@@ -58,6 +62,8 @@ impl RttEstimator {
             var: initial_rtt / 2,
             min: None,
             max_ack_delay,
+            adjusted: initial_rtt,
+            count: 0,
         }
     }
 
@@ -77,6 +83,8 @@ impl RttEstimator {
     /// receiving its ACK; `ack_delay` is the delay the peer reported in that ACK.
     pub fn update(&mut self, ack_delay: Duration, rtt_sample: Duration) {
         self.latest = rtt_sample;
+        self.adjusted = rtt_sample;
+        self.count = self.count.saturating_add(1);
 
         let Some(min) = self.min else {
             //= https://www.rfc-editor.org/rfc/rfc9002#section-5.3
@@ -109,6 +117,7 @@ impl RttEstimator {
             Some(adjusted) if adjusted >= min => adjusted,
             _ => rtt_sample,
         };
+        self.adjusted = adjusted;
 
         //= https://www.rfc-editor.org/rfc/rfc9002#section-5.3
         //# rttvar_sample = abs(smoothed_rtt - adjusted_rtt)
@@ -141,6 +150,19 @@ impl RttEstimator {
     /// Most recent raw sample (the initial RTT before the first sample).
     pub fn latest(&self) -> Duration {
         self.latest
+    }
+
+    /// Most recent sample less the peer's ACK delay (capped, and never below `min_rtt`): the
+    /// time the network took, as `smoothed_rtt` counts it (the initial RTT before the first
+    /// sample).
+    pub fn latest_adjusted(&self) -> Duration {
+        self.adjusted
+    }
+
+    /// How many samples were taken (a caller that keeps its own filter of samples compares
+    /// it with the count it saw last).
+    pub fn sample_count(&self) -> u64 {
+        self.count
     }
 
     /// The RTT assumed before the first sample.
@@ -222,9 +244,15 @@ mod tests {
         rtt.update(20 * MS, 140 * MS);
         // adjusted = 120: srtt = 87.5 + 15 = 102.5
         assert_eq!(rtt.smoothed(), Duration::from_micros(102_500));
-        // latest and min are never adjusted
+        // latest and min are never adjusted; the adjusted sample is kept beside them
         assert_eq!(rtt.latest(), 140 * MS);
         assert_eq!(rtt.min(), Some(100 * MS));
+        assert_eq!(rtt.latest_adjusted(), 120 * MS);
+        assert_eq!(rtt.sample_count(), 2);
+        // below min_rtt, the sample stays unadjusted
+        rtt.update(20 * MS, 110 * MS);
+        assert_eq!(rtt.latest_adjusted(), 110 * MS);
+        assert_eq!(rtt.sample_count(), 3);
     }
 
     #[test]
