@@ -327,6 +327,13 @@ pub struct LinkStat {
     /// 95th percentile of that time, ms (within about 5 %: a log-scale histogram).
     #[serde(default)]
     pub queue_delay_p95_ms: Option<f64>,
+    /// Mean time a packet waited before its first byte left, ms: the queueing delay less
+    /// the packet's own transmission (`None` in results files written before it existed).
+    #[serde(default)]
+    pub queue_wait_mean_ms: Option<f64>,
+    /// 95th percentile of that wait, ms.
+    #[serde(default)]
+    pub queue_wait_p95_ms: Option<f64>,
 }
 
 /// A derived row: one protocol at one point of the scenario.

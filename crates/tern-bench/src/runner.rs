@@ -847,6 +847,8 @@ impl Net {
                     queue_max_bytes: s.max_queue_bytes,
                     queue_delay_mean_ms: s.queue_delay.mean().map(ms),
                     queue_delay_p95_ms: s.queue_delay.quantile(0.95).map(ms),
+                    queue_wait_mean_ms: s.queue_wait.mean().map(ms),
+                    queue_wait_p95_ms: s.queue_wait.quantile(0.95).map(ms),
                 });
             }
         }

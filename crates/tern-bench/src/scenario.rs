@@ -1427,9 +1427,15 @@ pub fn jain_over_time(case: &Case) -> Vec<(f64, f64)> {
 /// - `flow<i>_mbps`: each flow's goodput over the steady part; `throughput_mbps` their sum;
 /// - `util_<link>_pct`: the goodput of the flows that cross each bottleneck over its rate
 ///   (`capacity_mbps`), steady part; `utilisation_pct` the mean over bottlenecks;
+/// - `wire_util_<link>_pct`, `wire_utilisation_pct`: the link's own utilisation, its bytes on
+///   the wire over its rate: the goodput utilisation × the bytes the link delivered in the
+///   data's direction per byte of the flows' goodput, over the whole run;
 /// - `qdelay_<link>_mean_ms`, `qdelay_<link>_p95_ms`: the time packets spent in each
-///   bottleneck's queue on the data's way (whole run); `queue_delay_mean_ms` and
-///   `queue_delay_p95_ms` the largest over bottlenecks;
+///   bottleneck's queue on the data's way (whole run), their own transmission included;
+///   `queue_delay_mean_ms` and `queue_delay_p95_ms` the largest over bottlenecks;
+/// - `qwait_<link>_mean_ms`, `queue_wait_mean_ms`, `queue_wait_p95_ms`: the same without the
+///   packet's own transmission (the wait before its first byte left: what DESIGN.md's 2 ms
+///   is about, and what the simulator measures);
 /// - `flows_failed`: flows that gave no report or an error.
 fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
@@ -1491,6 +1497,7 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
     links.sort();
     links.dedup();
     let (mut utils, mut means, mut p95s) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut wait_means, mut wait_p95s, mut wire_utils) = (Vec::new(), Vec::new(), Vec::new());
     for link in links {
         let through: f64 = flows
             .iter()
@@ -1506,19 +1513,44 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
             .find(|f| f.bottlenecks.contains(link))
             .map_or("down", |f| f.dir.as_str());
         if let Some(l) = case.links.iter().find(|l| &l.link == link && l.dir == dir) {
+            // The link's own utilisation: the goodput scaled by what the link carried per
+            // byte of goodput over the whole run (headers, tags, retransmissions).
+            let goodput: f64 = flows
+                .iter()
+                .zip(&bytes)
+                .filter(|(f, _)| f.bottlenecks.contains(link))
+                .map(|(_, b)| b.iter().sum::<f64>())
+                .sum();
+            if l.delivered_bytes > 0 && goodput > 0.0 {
+                let wire = util * l.delivered_bytes as f64 / goodput;
+                m.insert(format!("wire_util_{link}_pct"), wire);
+                wire_utils.push(wire);
+            }
             if let (Some(mean), Some(p95)) = (l.queue_delay_mean_ms, l.queue_delay_p95_ms) {
                 m.insert(format!("qdelay_{link}_mean_ms"), mean);
                 m.insert(format!("qdelay_{link}_p95_ms"), p95);
                 means.push(mean);
                 p95s.push(p95);
             }
+            if let (Some(mean), Some(p95)) = (l.queue_wait_mean_ms, l.queue_wait_p95_ms) {
+                m.insert(format!("qwait_{link}_mean_ms"), mean);
+                wait_means.push(mean);
+                wait_p95s.push(p95);
+            }
         }
     }
     m.insert("utilisation_pct".into(), stats::mean(&utils));
+    if !wire_utils.is_empty() {
+        m.insert("wire_utilisation_pct".into(), stats::mean(&wire_utils));
+    }
     video_metrics(case, &mut m);
     let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
     m.insert("queue_delay_mean_ms".into(), max(&means));
     m.insert("queue_delay_p95_ms".into(), max(&p95s));
+    if !wait_means.is_empty() {
+        m.insert("queue_wait_mean_ms".into(), max(&wait_means));
+        m.insert("queue_wait_p95_ms".into(), max(&wait_p95s));
+    }
     m
 }
 
@@ -2495,6 +2527,8 @@ mod tests {
             queue_max_bytes: 0,
             queue_delay_mean_ms: Some(mean),
             queue_delay_p95_ms: Some(p95),
+            queue_wait_mean_ms: Some(mean / 10.0),
+            queue_wait_p95_ms: Some(p95 / 10.0),
         };
         // Two flows of 10 kB/100 ms (0.8 Mbit/s) and one of 2.5 kB (0.2), 10 s, 1 Mbit/s
         // link... over capacity on purpose: the figures are what was delivered.
@@ -2510,7 +2544,14 @@ mod tests {
                 fair_flow(1, 0.0, 10_000, 10_000, &["r"]),
                 fair_flow(2, 0.0, 10_000, 2_500, &["r"]),
             ],
-            links: vec![link("r", "down", 30.0, 90.0), link("r", "up", 1.0, 2.0)],
+            links: vec![
+                crate::results::LinkStat {
+                    // 18 × 125 000 bytes of goodput over 10 s, 5 % more on the wire.
+                    delivered_bytes: 18 * 125_000 * 105 / 100,
+                    ..link("r", "down", 30.0, 90.0)
+                },
+                link("r", "up", 1.0, 2.0),
+            ],
             ..Case::default()
         };
         let over_time = jain_over_time(&case);
@@ -2524,8 +2565,17 @@ mod tests {
         assert!((m["flow2_mbps"] - 0.2).abs() < 1e-9);
         assert!((m["throughput_mbps"] - 1.8).abs() < 1e-9);
         assert!((m["util_r_pct"] - 90.0).abs() < 1e-9);
+        assert!(
+            (m["wire_util_r_pct"] - 94.5).abs() < 1e-9,
+            "{}",
+            m["wire_util_r_pct"]
+        );
+        assert!((m["wire_utilisation_pct"] - 94.5).abs() < 1e-9);
         assert_eq!(m["qdelay_r_p95_ms"], 90.0, "the data's direction");
         assert_eq!(m["queue_delay_mean_ms"], 30.0);
+        assert_eq!(m["qwait_r_mean_ms"], 3.0, "the data's direction");
+        assert_eq!(m["queue_wait_mean_ms"], 3.0);
+        assert_eq!(m["queue_wait_p95_ms"], 9.0);
         assert_eq!(m["flows_failed"], 0.0);
         assert!(!rows[0].params.contains_key("warmup_s"));
         // Staggered: flows join at 2 s and 4 s; one alone gives no index; the steady part
@@ -2807,6 +2857,8 @@ mod tests {
             queue_max_bytes: 0,
             queue_delay_mean_ms: None,
             queue_delay_p95_ms: None,
+            queue_wait_mean_ms: None,
+            queue_wait_p95_ms: None,
         };
         let flow = |fct_ms| crate::results::FlowSample {
             thread: 0,
@@ -2872,6 +2924,8 @@ mod tests {
             queue_max_bytes: 0,
             queue_delay_mean_ms: None,
             queue_delay_p95_ms: None,
+            queue_wait_mean_ms: None,
+            queue_wait_p95_ms: None,
         }
     }
 
@@ -3275,6 +3329,8 @@ mod tests {
             queue_max_bytes: 0,
             queue_delay_mean_ms: Some(mean),
             queue_delay_p95_ms: Some(p95),
+            queue_wait_mean_ms: None,
+            queue_wait_p95_ms: None,
         };
         let bulk = |proto: &str, mb: u64, p95: f64| Case {
             protocol: proto.into(),

@@ -64,6 +64,9 @@ pub struct DirectionStats {
     pub ce_marked: u64,
     /// Time each accepted packet spent in the drop-tail queue (mean, percentiles).
     pub queue_delay: crate::shaper::DelayHistogram,
+    /// Time each accepted packet waited before its first byte left (`queue_delay` less its
+    /// own transmission).
+    pub queue_wait: crate::shaper::DelayHistogram,
     /// Packets whose Feedback Rate the `router=ncr` router lowered.
     pub rate_stamped: u64,
     /// The router's rate for a flow of weight 1 (`R`), bit/s; `None` without a router.
@@ -275,6 +278,7 @@ impl DirectionEngine {
             max_queue_packets: s.max_packets,
             ce_marked: self.ce_marked,
             queue_delay: s.queue_delay,
+            queue_wait: s.queue_wait,
             rate_stamped: self.rate_stamped,
             router_rate_bps: self
                 .router
