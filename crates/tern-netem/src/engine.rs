@@ -92,6 +92,8 @@ pub struct DirectionEngine {
     ce_marked: u64,
     /// The `router=ncr` router, built when the first packet reaches the queue.
     router: Option<Router>,
+    /// The flows it may stamp: those it saw a tern handshake on.
+    tern_flows: crate::ncr::TernFlows,
     rate_stamped: u64,
     epoch: Instant,
 }
@@ -118,6 +120,7 @@ impl DirectionEngine {
             dropped_mtu_bytes: 0,
             ce_marked: 0,
             router: None,
+            tern_flows: crate::ncr::TernFlows::default(),
             rate_stamped: 0,
             epoch,
         }
@@ -184,7 +187,7 @@ impl DirectionEngine {
         }
         router.tick(now, queued);
         if matches!(
-            crate::ncr::offer(router, now, packet),
+            crate::ncr::offer(router, &mut self.tern_flows, now, packet),
             Stamp::Lowered { .. }
         ) {
             self.rate_stamped += 1;
@@ -488,11 +491,55 @@ mod tests {
         b
     }
 
+    /// The start of a tern Initial: what makes the router learn the flow.
+    fn tern_initial() -> Vec<u8> {
+        let mut b = vec![0xc0];
+        b.extend_from_slice(&tern_proto::wire::VERSION_1.to_be_bytes());
+        b.resize(60, 0);
+        b
+    }
+
+    /// Offers a tern handshake packet on `udp4`'s flow, so the router stamps that flow.
+    fn learn(e: &mut DirectionEngine, at: Instant) {
+        e.offer(udp4(&tern_initial(), true), at, |_, _| {});
+    }
+
+    #[test]
+    fn ncr_stamps_only_flows_it_saw_a_tern_handshake_on() {
+        use tern_proto::wire::read_feedback_rate;
+        let t0 = origin();
+        let mut e = DirectionEngine::new(config("rate=10mbit,router=ncr"), 1, t0);
+        // A QUIC 1-RTT packet whose spin bit is set and whose protected reserved bits
+        // happen to be zero has a tern short header's shape: untouched on an unknown flow.
+        let quic_like = udp4(&tern(8, u32::MAX), true);
+        let mut out = Vec::new();
+        e.offer(quic_like.clone(), t0, |_, d| out.push(d));
+        assert_eq!(
+            out[0], quic_like,
+            "a flow without a tern handshake is not stamped"
+        );
+        // A tern handshake on the flow: from then on its short headers are stamped.
+        learn(&mut e, t0);
+        e.offer(quic_like.clone(), t0, |_, d| out.push(d));
+        assert_eq!(read_feedback_rate(&out[1][28..], 8), Some(9800));
+        // The same packet from another port is another flow: untouched.
+        let mut other = quic_like.clone();
+        other[20..22].copy_from_slice(&4434u16.to_be_bytes());
+        e.offer(other.clone(), t0, |_, d| out.push(d));
+        assert_eq!(out[2], other);
+        // A learned flow silent for longer than the idle time is forgotten.
+        let later = t0 + crate::ncr::TERN_FLOW_IDLE + Duration::from_secs(1);
+        e.offer(quic_like.clone(), later, |_, d| out.push(d));
+        assert_eq!(out[3], quic_like);
+        assert_eq!(e.stats(later).rate_stamped, 1);
+    }
+
     #[test]
     fn ncr_lowers_the_feedback_rate_and_keeps_the_udp_checksum_valid() {
         use tern_proto::wire::read_feedback_rate;
         let t0 = origin();
         let mut e = DirectionEngine::new(config("rate=1mbit,router=ncr"), 1, t0);
+        learn(&mut e, t0);
         let mut got = Vec::new();
         // 8- and 7-byte CIDs: the field at an even and at an odd offset.
         for (cid_len, expected) in [(8, u32::MAX), (8, 300), (7, u32::MAX)] {
@@ -500,6 +547,7 @@ mod tests {
             if cid_len != 8 {
                 c.apply(&format!("ncr_cid={cid_len}")).unwrap();
                 e = DirectionEngine::new(c, 1, t0);
+                learn(&mut e, t0);
             }
             let p = udp4(&tern(cid_len, expected), true);
             assert!(udp4_checksum_ok(&p));
@@ -526,6 +574,7 @@ mod tests {
         use tern_proto::wire::read_feedback_rate;
         let t0 = origin();
         let mut e = DirectionEngine::new(config("rate=10mbit,router=ncr"), 1, t0);
+        learn(&mut e, t0);
         let mut got = Vec::new();
         // No UDP checksum: the field is lowered, the checksum stays zero.
         e.offer(udp4(&tern(8, u32::MAX), false), t0, |_, d| got.push(d));

@@ -11,8 +11,15 @@
 //! Rewriting the four bytes of a Feedback Rate invalidates the UDP checksum, which covers the
 //! payload; it is updated incrementally (RFC 1624, eqn. 3) over the 16-bit words that changed.
 //! A zero IPv4 UDP checksum means "none" and stays zero.
+//!
+//! Only flows on which the router saw a tern handshake are stamped ([`TernFlows`]): QUIC's
+//! short header has tern's shape (see `tern_proto::wire::is_tern_long_header`), and a stamp in
+//! a QUIC packet breaks it. A tern path opened later on another address pair (migration,
+//! multipath) carries no long header, so it goes unstamped and its sender keeps its
+//! end-to-end controller there (partial deployment, PROTOCOL.md §13).
 
-use std::time::Instant;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use tern_proto::router::{Router, Stamp};
 
@@ -54,6 +61,77 @@ fn udp_segment(packet: &[u8]) -> Option<(usize, usize, bool)> {
     Some((start, start + udp_len, v6))
 }
 
+/// A UDP flow of one direction: source and destination address (IPv4 in the first four
+/// bytes) and port.
+type Tuple = ([u8; 16], [u8; 16], u16, u16);
+
+/// The flow of the UDP datagram whose header starts at `udp`.
+fn tuple(packet: &[u8], udp: usize, v6: bool) -> Option<Tuple> {
+    let (mut src, mut dst) = ([0; 16], [0; 16]);
+    if v6 {
+        src.copy_from_slice(packet.get(8..24)?);
+        dst.copy_from_slice(packet.get(24..40)?);
+    } else {
+        src[..4].copy_from_slice(packet.get(12..16)?);
+        dst[..4].copy_from_slice(packet.get(16..20)?);
+    }
+    let port = |at: usize| Some(u16::from_be_bytes([*packet.get(at)?, *packet.get(at + 1)?]));
+    Some((src, dst, port(udp)?, port(udp + 2)?))
+}
+
+/// Flows learned at most (a flood of handshakes from random ports cannot grow memory without
+/// bound: past it, new flows go unstamped until old ones expire).
+pub const MAX_TERN_FLOWS: usize = 65_536;
+
+/// A learned flow is forgotten after this long without a packet (tern's default idle
+/// timeout is 30 s).
+pub const TERN_FLOW_IDLE: Duration = Duration::from_secs(60);
+
+/// The UDP flows of one direction on which a tern handshake was seen (a long header of tern's
+/// version): only their short headers are tern packets.
+#[derive(Debug, Default)]
+pub struct TernFlows {
+    last_seen: HashMap<Tuple, Instant>,
+}
+
+impl TernFlows {
+    fn learn(&mut self, flow: Tuple, now: Instant) {
+        if self.last_seen.len() >= MAX_TERN_FLOWS && !self.last_seen.contains_key(&flow) {
+            self.last_seen
+                .retain(|_, t| now.saturating_duration_since(*t) <= TERN_FLOW_IDLE);
+            if self.last_seen.len() >= MAX_TERN_FLOWS {
+                return;
+            }
+        }
+        self.last_seen.insert(flow, now);
+    }
+
+    /// Whether `flow` is a known tern flow at `now` (and keeps it alive if so).
+    fn knows(&mut self, flow: &Tuple, now: Instant) -> bool {
+        match self.last_seen.get_mut(flow) {
+            Some(t) if now.saturating_duration_since(*t) <= TERN_FLOW_IDLE => {
+                *t = now;
+                true
+            }
+            Some(_) => {
+                self.last_seen.remove(flow);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Flows known now.
+    pub fn len(&self) -> usize {
+        self.last_seen.len()
+    }
+
+    /// Whether no flow is known.
+    pub fn is_empty(&self) -> bool {
+        self.last_seen.is_empty()
+    }
+}
+
 /// One's-complement sum update for a 16-bit word changing from `old` to `new` (RFC 1624
 /// eqn. 3: `HC' = ~(~HC + ~m + m')`).
 fn update_checksum(checksum: u16, old: u16, new: u16) -> u16 {
@@ -64,14 +142,26 @@ fn update_checksum(checksum: u16, old: u16, new: u16) -> u16 {
     !(sum as u16)
 }
 
-/// Offers an IP packet to `router` at `now`: the UDP payload of a whole UDP datagram to
-/// [`Router::on_datagram`] (its checksum fixed if the router rewrote it), everything else to
-/// [`Router::on_other`]. Returns what the router did.
-pub fn offer(router: &mut Router, now: Instant, packet: &mut [u8]) -> Stamp {
+/// Offers an IP packet to `router` at `now`: the UDP payload of a whole UDP datagram of a
+/// tern flow (one `flows` saw a tern handshake on) to [`Router::on_datagram`] (its checksum
+/// fixed if the router rewrote it), everything else to [`Router::on_other`]. Returns what the
+/// router did.
+pub fn offer(router: &mut Router, flows: &mut TernFlows, now: Instant, packet: &mut [u8]) -> Stamp {
     let Some((start, end, v6)) = udp_segment(packet) else {
         router.on_other(now, packet.len());
         return Stamp::Unrated;
     };
+    let Some(flow) = tuple(packet, start, v6) else {
+        router.on_other(now, packet.len());
+        return Stamp::Unrated;
+    };
+    if tern_proto::wire::is_tern_long_header(&packet[start + UDP_HEADER..end]) {
+        flows.learn(flow, now);
+    }
+    if !flows.knows(&flow, now) {
+        router.on_other(now, packet.len());
+        return Stamp::Unrated;
+    }
     router.on_other(now, packet.len() - (end - start - UDP_HEADER));
     let payload_start = start + UDP_HEADER;
     let stamp = router.on_datagram(now, &mut packet[payload_start..end]);

@@ -13,7 +13,7 @@ use bytes::BufMut;
 use super::{
     ct_eq, len_prefixed_len, varint_len, ConnectionId, DecodeError, Reader, ResetToken, WriteExt,
     MAX_SHORT_HEADER_LEN, MAX_TOKEN_LEN, NO_RATE_LIMIT, RATE_AREA_LEN, RESET_TOKEN_LEN,
-    STATELESS_RESET_MIN_LEN, SUPPORTED_VERSIONS, VERSION_NEGOTIATION,
+    STATELESS_RESET_MIN_LEN, SUPPORTED_VERSIONS, VERSION_1, VERSION_NEGOTIATION,
 };
 
 /// Header form bit: 1 = long header (RFC 8999 invariant).
@@ -823,6 +823,22 @@ pub fn feedback_rate_offset(datagram: &[u8], local_cid_len: usize) -> Option<usi
             }
             return header.feedback_rate_offset().map(|o| start + o);
         }
+    }
+}
+
+/// Whether `datagram` starts with a tern v1 long header (the long-form and fixed bits, then
+/// [`VERSION_1`](super::VERSION_1)): how a router on the path tells a tern flow from another protocol built on
+/// the same invariants. QUIC's short header looks like tern's: its spin bit is tern's R bit
+/// and its reserved bits are under header protection, so about one QUIC 1-RTT packet in eight
+/// parses as a tern packet with a rate area, and rewriting its four "feedback" bytes breaks
+/// its AEAD tag. A router therefore stamps only the flows on which it saw a tern handshake.
+pub fn is_tern_long_header(datagram: &[u8]) -> bool {
+    match datagram {
+        [first, v0, v1, v2, v3, ..] => {
+            first & (LONG_FORM | FIXED_BIT) == LONG_FORM | FIXED_BIT
+                && u32::from_be_bytes([*v0, *v1, *v2, *v3]) == VERSION_1
+        }
+        _ => false,
     }
 }
 

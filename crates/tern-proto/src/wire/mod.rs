@@ -53,10 +53,10 @@ pub use frame::{
 };
 pub use header::{
     decode_pn, encode_pn_len, encode_stateless_reset, feedback_rate_offset, is_stateless_reset,
-    lower_feedback_rate, read_feedback_rate, short_header_aad, stateless_reset_len,
-    stateless_reset_token, truncate_pn, HandshakeHeader, Header, InitialHeader,
-    LongHeaderInvariants, LongType, Packet, PacketIter, RateArea, RetryHeader, ShortHeader,
-    VersionList, VersionNegotiation,
+    is_tern_long_header, lower_feedback_rate, read_feedback_rate, short_header_aad,
+    stateless_reset_len, stateless_reset_token, truncate_pn, HandshakeHeader, Header,
+    InitialHeader, LongHeaderInvariants, LongType, Packet, PacketIter, RateArea, RetryHeader,
+    ShortHeader, VersionList, VersionNegotiation,
 };
 pub use params::TransportParams;
 pub use varint::{varint_len, VarInt, VarIntBoundsExceeded};
