@@ -1427,9 +1427,6 @@ pub fn jain_over_time(case: &Case) -> Vec<(f64, f64)> {
 /// - `flow<i>_mbps`: each flow's goodput over the steady part; `throughput_mbps` their sum;
 /// - `util_<link>_pct`: the goodput of the flows that cross each bottleneck over its rate
 ///   (`capacity_mbps`), steady part; `utilisation_pct` the mean over bottlenecks;
-/// - `wire_util_<link>_pct`, `wire_utilisation_pct`: the link's own utilisation, its bytes on
-///   the wire over its rate: the goodput utilisation × the bytes the link delivered in the
-///   data's direction per byte of the flows' goodput, over the whole run;
 /// - `qdelay_<link>_mean_ms`, `qdelay_<link>_p95_ms`: the time packets spent in each
 ///   bottleneck's queue on the data's way (whole run), their own transmission included;
 ///   `queue_delay_mean_ms` and `queue_delay_p95_ms` the largest over bottlenecks;
@@ -1497,7 +1494,7 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
     links.sort();
     links.dedup();
     let (mut utils, mut means, mut p95s) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut wait_means, mut wait_p95s, mut wire_utils) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut wait_means, mut wait_p95s) = (Vec::new(), Vec::new());
     for link in links {
         let through: f64 = flows
             .iter()
@@ -1513,19 +1510,6 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
             .find(|f| f.bottlenecks.contains(link))
             .map_or("down", |f| f.dir.as_str());
         if let Some(l) = case.links.iter().find(|l| &l.link == link && l.dir == dir) {
-            // The link's own utilisation: the goodput scaled by what the link carried per
-            // byte of goodput over the whole run (headers, tags, retransmissions).
-            let goodput: f64 = flows
-                .iter()
-                .zip(&bytes)
-                .filter(|(f, _)| f.bottlenecks.contains(link))
-                .map(|(_, b)| b.iter().sum::<f64>())
-                .sum();
-            if l.delivered_bytes > 0 && goodput > 0.0 {
-                let wire = util * l.delivered_bytes as f64 / goodput;
-                m.insert(format!("wire_util_{link}_pct"), wire);
-                wire_utils.push(wire);
-            }
             if let (Some(mean), Some(p95)) = (l.queue_delay_mean_ms, l.queue_delay_p95_ms) {
                 m.insert(format!("qdelay_{link}_mean_ms"), mean);
                 m.insert(format!("qdelay_{link}_p95_ms"), p95);
@@ -1540,9 +1524,6 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
         }
     }
     m.insert("utilisation_pct".into(), stats::mean(&utils));
-    if !wire_utils.is_empty() {
-        m.insert("wire_utilisation_pct".into(), stats::mean(&wire_utils));
-    }
     video_metrics(case, &mut m);
     let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
     m.insert("queue_delay_mean_ms".into(), max(&means));
@@ -2544,14 +2525,7 @@ mod tests {
                 fair_flow(1, 0.0, 10_000, 10_000, &["r"]),
                 fair_flow(2, 0.0, 10_000, 2_500, &["r"]),
             ],
-            links: vec![
-                crate::results::LinkStat {
-                    // 18 × 125 000 bytes of goodput over 10 s, 5 % more on the wire.
-                    delivered_bytes: 18 * 125_000 * 105 / 100,
-                    ..link("r", "down", 30.0, 90.0)
-                },
-                link("r", "up", 1.0, 2.0),
-            ],
+            links: vec![link("r", "down", 30.0, 90.0), link("r", "up", 1.0, 2.0)],
             ..Case::default()
         };
         let over_time = jain_over_time(&case);
@@ -2565,12 +2539,6 @@ mod tests {
         assert!((m["flow2_mbps"] - 0.2).abs() < 1e-9);
         assert!((m["throughput_mbps"] - 1.8).abs() < 1e-9);
         assert!((m["util_r_pct"] - 90.0).abs() < 1e-9);
-        assert!(
-            (m["wire_util_r_pct"] - 94.5).abs() < 1e-9,
-            "{}",
-            m["wire_util_r_pct"]
-        );
-        assert!((m["wire_utilisation_pct"] - 94.5).abs() < 1e-9);
         assert_eq!(m["qdelay_r_p95_ms"], 90.0, "the data's direction");
         assert_eq!(m["queue_delay_mean_ms"], 30.0);
         assert_eq!(m["qwait_r_mean_ms"], 3.0, "the data's direction");

@@ -92,13 +92,22 @@ pub const TERN_FLOW_IDLE: Duration = Duration::from_secs(60);
 #[derive(Debug, Default)]
 pub struct TernFlows {
     last_seen: HashMap<Tuple, Instant>,
+    /// When the table, full, was last swept of expired flows (at most once a second, so a
+    /// flood of handshakes at a full table costs no scan per packet).
+    swept_at: Option<Instant>,
 }
 
 impl TernFlows {
     fn learn(&mut self, flow: Tuple, now: Instant) {
         if self.last_seen.len() >= MAX_TERN_FLOWS && !self.last_seen.contains_key(&flow) {
-            self.last_seen
-                .retain(|_, t| now.saturating_duration_since(*t) <= TERN_FLOW_IDLE);
+            if self
+                .swept_at
+                .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
+            {
+                self.swept_at = Some(now);
+                self.last_seen
+                    .retain(|_, t| now.saturating_duration_since(*t) <= TERN_FLOW_IDLE);
+            }
             if self.last_seen.len() >= MAX_TERN_FLOWS {
                 return;
             }
@@ -119,16 +128,6 @@ impl TernFlows {
             }
             None => false,
         }
-    }
-
-    /// Flows known now.
-    pub fn len(&self) -> usize {
-        self.last_seen.len()
-    }
-
-    /// Whether no flow is known.
-    pub fn is_empty(&self) -> bool {
-        self.last_seen.is_empty()
     }
 }
 
@@ -204,4 +203,40 @@ pub fn offer(router: &mut Router, flows: &mut TernFlows, now: Instant, packet: &
     }
     packet[csum_at..csum_at + 2].copy_from_slice(&checksum.to_be_bytes());
     stamp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(n: u32) -> Tuple {
+        let mut src = [0; 16];
+        src[..4].copy_from_slice(&n.to_be_bytes());
+        (src, [0; 16], 4433, 5000)
+    }
+
+    #[test]
+    fn the_flow_table_is_bounded_and_makes_room_as_flows_expire() {
+        #[allow(clippy::disallowed_methods)] // an arbitrary origin; only differences are used
+        let t0 = Instant::now();
+        let mut flows = TernFlows::default();
+        for n in 0..MAX_TERN_FLOWS as u32 {
+            flows.learn(flow(n), t0);
+        }
+        // Full: a newcomer is not learned, a known flow still is refreshed.
+        flows.learn(flow(u32::MAX), t0);
+        assert!(!flows.knows(&flow(u32::MAX), t0));
+        let later = t0 + TERN_FLOW_IDLE / 2;
+        assert!(flows.knows(&flow(7), later));
+        // Once the others have been silent for longer than the idle time, a sweep makes room.
+        let much_later = t0 + TERN_FLOW_IDLE + Duration::from_secs(2);
+        flows.learn(flow(u32::MAX), much_later);
+        assert!(flows.knows(&flow(u32::MAX), much_later));
+        assert!(
+            flows.knows(&flow(7), much_later),
+            "refreshed halfway, not expired"
+        );
+        assert!(!flows.knows(&flow(8), much_later));
+        assert_eq!(flows.last_seen.len(), 2);
+    }
 }

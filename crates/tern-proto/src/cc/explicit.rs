@@ -209,8 +209,8 @@ pub struct Explicit {
     grown_at: Option<Instant>,
     /// The latest RTT estimate seen (for callbacks that get none).
     rtt: Option<RttEstimator>,
-    /// The least RTT sample (less ACK delay) of the last smoothed RTT: the queue every packet
-    /// waits in.
+    /// The least RTT sample (less ACK delay) of the last half smoothed RTT: the queue every
+    /// packet waits in.
     standing: Windowed,
     /// [`RttEstimator::sample_count`] when `standing` last took a sample.
     standing_count: u64,
@@ -446,11 +446,11 @@ impl Explicit {
         }
     }
 
-    /// Whether a standing queue of at least `max(min_rtt / 4, 5 ms)` shows: the least RTT
-    /// sample of the last smoothed RTT exceeds the path's minimum by that much. Not the
-    /// smoothed RTT: on a radio link the delay swings by tens of milliseconds from one
-    /// scheduling gap to the next while the queue stays empty, and only a queue that every
-    /// packet waits in is the sender's doing.
+    /// Whether a standing queue of at least `max(min_rtt / 4, 5 ms, 3 datagrams at the current
+    /// rate)` shows: the least RTT sample of the last half smoothed RTT exceeds the path's
+    /// minimum by that much. Not the smoothed RTT: on a radio link the delay swings by tens of
+    /// milliseconds from one scheduling gap to the next while the queue stays empty, and only
+    /// a queue that every packet waits in is the sender's doing.
     fn queue_too_long(&mut self, now: Instant) -> bool {
         let Some(min) = self.rtt.as_ref().and_then(RttEstimator::min) else {
             return false;
