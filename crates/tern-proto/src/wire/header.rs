@@ -94,7 +94,7 @@ impl<'a> LongHeaderInvariants<'a> {
 /// pattern byte and Noise message 1 (§7.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InitialHeader<'a> {
-    /// Version (tern v1: [`VERSION_1`](super::VERSION_1)).
+    /// Version (tern v1: [`VERSION_1`]).
     pub version: u32,
     /// Destination connection ID (chosen by the client for the first flight).
     pub dcid: ConnectionId,
@@ -827,7 +827,7 @@ pub fn feedback_rate_offset(datagram: &[u8], local_cid_len: usize) -> Option<usi
 }
 
 /// Whether `datagram` starts with a tern v1 long header (the long-form and fixed bits, then
-/// [`VERSION_1`](super::VERSION_1)): how a router on the path tells a tern flow from another protocol built on
+/// [`VERSION_1`]): how a router on the path tells a tern flow from another protocol built on
 /// the same invariants. QUIC's short header looks like tern's: its spin bit is tern's R bit
 /// and its reserved bits are under header protection, so about one QUIC 1-RTT packet in eight
 /// parses as a tern packet with a rate area, and rewriting its four "feedback" bytes breaks
