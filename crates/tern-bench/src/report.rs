@@ -179,6 +179,7 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("utilisation_pct", "util %", 1.0, 1),
             ("util_b1_pct", "util b1 %", 1.0, 1),
             ("util_b2_pct", "util b2 %", 1.0, 1),
+            ("link_utilisation_pct", "link util %", 1.0, 1),
             ("queue_delay_mean_ms", "qdelay mean ms", 1.0, 1),
             ("queue_delay_p95_ms", "qdelay p95 ms", 1.0, 1),
             ("queue_wait_mean_ms", "wait mean ms", 1.0, 2),

@@ -104,6 +104,10 @@ pub struct Case {
     /// Per emulated link and direction: what the emulator saw.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkStat>,
+    /// Per emulated link and direction: the bytes it delivered over the case's steady part
+    /// (`fairness`), for its utilisation on the wire.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub link_windows: Vec<LinkWindow>,
     /// Wall time of the agent run.
     pub wall_s: f64,
     /// Protocol-specific extras reported by the client agent (e.g. connection statistics).
@@ -297,6 +301,22 @@ pub struct CpuUse {
     /// The server agent (`None` if /proc could not be read before it was killed).
     #[serde(default)]
     pub server_s: Option<f64>,
+}
+
+/// The bytes one direction of an emulated link delivered over a window of a case, read from
+/// tern-netem's counter at the window's two ends (IP bytes: the unit of the link's rate).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkWindow {
+    /// Link (router) name.
+    pub link: String,
+    /// `up` (client → server) or `down`.
+    pub dir: String,
+    /// Window start, seconds after the first flow's scheduled start.
+    pub from_s: f64,
+    /// Window end, the same clock.
+    pub to_s: f64,
+    /// Bytes delivered between the two.
+    pub delivered_bytes: u64,
 }
 
 /// Emulator counters of one direction of one link over one case.

@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Context};
 use tern_netem::{Direction, EmulationConfig, Topology, TopologySpec};
 
 use crate::profile::NetKind;
-use crate::results::{Case, CpuUse, EventRecord, FairFlowRun, LinkStat};
+use crate::results::{Case, CpuUse, EventRecord, FairFlowRun, LinkStat, LinkWindow};
 use crate::scenario::{CaseDef, NetEvent};
 use crate::spec::{AgentSpec, ClientReport, FlowPlan, Proto, Ready, Role, Work};
 use crate::sysinfo;
@@ -583,6 +583,43 @@ impl Net {
                     self.start_client_on(&f.client, &spec, &format!("{tag}-flow{i}"))?;
                 clients.push((i, start_ms, agent, rx));
             }
+            // The links' bytes over the steady part (from the last start plus the warm-up to
+            // the first end, whole seconds, as `scenario::fairness_metrics` takes it), read
+            // at its two ends while the flows run.
+            let warm = def
+                .params
+                .get("warmup_s")
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(0.0);
+            let last_start = multi.flows.iter().map(|f| f.start_ms).max().unwrap_or(0);
+            let first_end = multi
+                .flows
+                .iter()
+                .map(|f| f.start_ms + f.duration_ms)
+                .min()
+                .unwrap_or(0);
+            let from_s = (last_start as f64 / 1e3 + warm).ceil();
+            let to_s = (first_end as f64 / 1e3).floor();
+            if to_s > from_s {
+                let at = |s: f64| t0 + Duration::from_secs_f64(s);
+                std::thread::sleep(at(from_s).saturating_duration_since(Instant::now()));
+                let before = self.delivered_bytes();
+                std::thread::sleep(at(to_s).saturating_duration_since(Instant::now()));
+                let after = self.delivered_bytes();
+                case.link_windows = after
+                    .into_iter()
+                    .filter_map(|(link, dir, bytes)| {
+                        let (_, _, was) = before.iter().find(|b| b.0 == link && b.1 == dir)?;
+                        Some(LinkWindow {
+                            link,
+                            dir,
+                            from_s,
+                            to_s,
+                            delivered_bytes: bytes.saturating_sub(*was),
+                        })
+                    })
+                    .collect();
+            }
             let last_end = multi
                 .flows
                 .iter()
@@ -824,6 +861,22 @@ impl Net {
             .spawn()?;
         std::thread::sleep(Duration::from_millis(200));
         Ok(Agent { child, log })
+    }
+
+    /// Bytes each direction of each emulated link delivered so far: (link, `up`/`down`,
+    /// bytes).
+    fn delivered_bytes(&self) -> Vec<(String, String, u64)> {
+        let Some(emu) = self.topo.as_ref().and_then(|t| t.emulator()) else {
+            return Vec::new();
+        };
+        emu.directions()
+            .into_iter()
+            .filter_map(|(link, dir)| {
+                let s = emu.stats(&link, dir).ok()?;
+                let dir = if dir == Direction::Up { "up" } else { "down" };
+                Some((link, dir.to_string(), s.delivered_bytes))
+            })
+            .collect()
     }
 
     fn link_stats(&self) -> Vec<LinkStat> {

@@ -1427,6 +1427,9 @@ pub fn jain_over_time(case: &Case) -> Vec<(f64, f64)> {
 /// - `flow<i>_mbps`: each flow's goodput over the steady part; `throughput_mbps` their sum;
 /// - `util_<link>_pct`: the goodput of the flows that cross each bottleneck over its rate
 ///   (`capacity_mbps`), steady part; `utilisation_pct` the mean over bottlenecks;
+/// - `link_util_<link>_pct`, `link_utilisation_pct`: the bytes the link delivered on the
+///   data's way over the steady part (IP bytes, headers and retransmissions included) over
+///   its rate: the link's own utilisation, as NC-TCP and the simulator count it;
 /// - `qdelay_<link>_mean_ms`, `qdelay_<link>_p95_ms`: the time packets spent in each
 ///   bottleneck's queue on the data's way (whole run), their own transmission included;
 ///   `queue_delay_mean_ms` and `queue_delay_p95_ms` the largest over bottlenecks;
@@ -1494,7 +1497,7 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
     links.sort();
     links.dedup();
     let (mut utils, mut means, mut p95s) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut wait_means, mut wait_p95s) = (Vec::new(), Vec::new());
+    let (mut wait_means, mut wait_p95s, mut link_utils) = (Vec::new(), Vec::new(), Vec::new());
     for link in links {
         let through: f64 = flows
             .iter()
@@ -1509,6 +1512,16 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
             .iter()
             .find(|f| f.bottlenecks.contains(link))
             .map_or("down", |f| f.dir.as_str());
+        if let Some(w) = case
+            .link_windows
+            .iter()
+            .find(|w| &w.link == link && w.dir == dir && w.to_s > w.from_s)
+        {
+            let wire =
+                100.0 * w.delivered_bytes as f64 * 8.0 / (capacity * 1e6 * (w.to_s - w.from_s));
+            m.insert(format!("link_util_{link}_pct"), wire);
+            link_utils.push(wire);
+        }
         if let Some(l) = case.links.iter().find(|l| &l.link == link && l.dir == dir) {
             if let (Some(mean), Some(p95)) = (l.queue_delay_mean_ms, l.queue_delay_p95_ms) {
                 m.insert(format!("qdelay_{link}_mean_ms"), mean);
@@ -1524,6 +1537,9 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
         }
     }
     m.insert("utilisation_pct".into(), stats::mean(&utils));
+    if !link_utils.is_empty() {
+        m.insert("link_utilisation_pct".into(), stats::mean(&link_utils));
+    }
     video_metrics(case, &mut m);
     let max = |v: &[f64]| v.iter().copied().fold(f64::NAN, f64::max);
     m.insert("queue_delay_mean_ms".into(), max(&means));
@@ -2526,6 +2542,23 @@ mod tests {
                 fair_flow(2, 0.0, 10_000, 2_500, &["r"]),
             ],
             links: vec![link("r", "down", 30.0, 90.0), link("r", "up", 1.0, 2.0)],
+            // 2 Mbit/s for 8 s is 2 MB; the link delivered 1.9 MB of it on the data's way.
+            link_windows: vec![
+                crate::results::LinkWindow {
+                    link: "r".into(),
+                    dir: "down".into(),
+                    from_s: 2.0,
+                    to_s: 10.0,
+                    delivered_bytes: 1_900_000,
+                },
+                crate::results::LinkWindow {
+                    link: "r".into(),
+                    dir: "up".into(),
+                    from_s: 2.0,
+                    to_s: 10.0,
+                    delivered_bytes: 1,
+                },
+            ],
             ..Case::default()
         };
         let over_time = jain_over_time(&case);
@@ -2539,6 +2572,11 @@ mod tests {
         assert!((m["flow2_mbps"] - 0.2).abs() < 1e-9);
         assert!((m["throughput_mbps"] - 1.8).abs() < 1e-9);
         assert!((m["util_r_pct"] - 90.0).abs() < 1e-9);
+        assert!(
+            (m["link_util_r_pct"] - 95.0).abs() < 1e-9,
+            "the data's direction"
+        );
+        assert!((m["link_utilisation_pct"] - 95.0).abs() < 1e-9);
         assert_eq!(m["qdelay_r_p95_ms"], 90.0, "the data's direction");
         assert_eq!(m["queue_delay_mean_ms"], 30.0);
         assert_eq!(m["qwait_r_mean_ms"], 3.0, "the data's direction");
