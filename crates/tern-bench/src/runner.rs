@@ -592,12 +592,8 @@ impl Net {
                 .and_then(serde_json::Value::as_f64)
                 .unwrap_or(0.0);
             let last_start = multi.flows.iter().map(|f| f.start_ms).max().unwrap_or(0);
-            let first_end = multi
-                .flows
-                .iter()
-                .map(|f| f.start_ms + f.duration_ms)
-                .min()
-                .unwrap_or(0);
+            let ends = multi.flows.iter().map(|f| f.start_ms + f.duration_ms);
+            let first_end = ends.clone().min().unwrap_or(0);
             let from_s = (last_start as f64 / 1e3 + warm).ceil();
             let to_s = (first_end as f64 / 1e3).floor();
             if to_s > from_s {
@@ -620,12 +616,7 @@ impl Net {
                     })
                     .collect();
             }
-            let last_end = multi
-                .flows
-                .iter()
-                .map(|f| f.start_ms + f.duration_ms)
-                .max()
-                .unwrap_or(0);
+            let last_end = ends.max().unwrap_or(0);
             let end = t0 + Duration::from_millis(last_end) + Duration::from_secs(20);
             let mut runs = Vec::new();
             let mut cpu = 0.0;
