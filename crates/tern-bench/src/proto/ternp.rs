@@ -384,16 +384,17 @@ async fn log_path_events(mut events: tern::EventStream) {
 
 /// Answers each request message (`R`, u32 reply size, payload) with a reply of that size.
 async fn serve_messages(conn: tern::Connection) {
-    let chunk = Bytes::from(payload(64 << 10));
+    // Replies are slices of one payload, made again only when a larger reply is asked for
+    // (making 1 MiB of pattern per reply would cost the server a millisecond each).
+    let mut chunk = Bytes::from(payload(64 << 10));
     while let Ok(m) = conn.recv_message().await {
         let Some((reply, redundant)) = reply_request(&m.data) else {
             continue;
         };
-        let data = if reply as usize <= chunk.len() {
-            chunk.slice(..reply as usize)
-        } else {
-            Bytes::from(payload(reply as usize))
-        };
+        if reply as usize > chunk.len() {
+            chunk = Bytes::from(payload(reply as usize));
+        }
+        let data = chunk.slice(..reply as usize);
         let mut opts = MessageOptions::default().unordered();
         if redundant {
             opts = opts.redundant();
