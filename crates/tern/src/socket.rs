@@ -61,10 +61,13 @@
 use std::fmt;
 use std::io::{self, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::task::{ready, Context, Poll};
 
 use quinn_udp::{EcnCodepoint as UdpEcn, UdpSockRef, UdpSocketState};
 use tern_proto::EcnCodepoint;
+use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 /// Datagrams one receive call may return (the size of the `meta` slice the endpoint passes).
@@ -212,8 +215,22 @@ impl Default for SocketOptions {
 /// The built-in socket: a kernel UDP socket driven through quinn-udp, with GSO, GRO and
 /// batched receives where the kernel has them and plain `sendmsg`/`recvmsg` where it does
 /// not; ECN codepoints are set and read. Must be created inside a tokio runtime.
+///
+/// The socket is registered with the runtime for reading only. A UDP socket is writable
+/// nearly always, and Linux signals `EPOLLOUT` each time a sent datagram's buffer is freed
+/// (at once on loopback, at transmit completion on a NIC): registered for writing too, the
+/// runtime's thread would wake once per datagram sent for nothing. Sends are tried directly;
+/// only when the kernel refuses one for a full buffer is a duplicate of the descriptor
+/// registered for writing, until a send goes through again.
 pub struct UdpSocket {
-    io: tokio::net::UdpSocket,
+    io: AsyncFd<std::net::UdpSocket>,
+    /// The write registration, present only while the send buffer is full.
+    writable: Mutex<Option<AsyncFd<std::net::UdpSocket>>>,
+    /// The runtime the socket was made in: the write registration goes to its reactor too,
+    /// whichever thread sends.
+    runtime: tokio::runtime::Handle,
+    /// Sends the kernel refused for a full buffer (each then waited for room).
+    send_buffer_waits: AtomicU64,
     state: UdpSocketState,
     gso: bool,
 }
@@ -221,7 +238,7 @@ pub struct UdpSocket {
 impl fmt::Debug for UdpSocket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UdpSocket")
-            .field("local", &self.io.local_addr().ok())
+            .field("local", &self.io.get_ref().local_addr().ok())
             .field("gso_segments", &self.max_transmit_segments())
             .field("gro_segments", &self.max_receive_segments())
             .finish()
@@ -276,9 +293,12 @@ impl UdpSocket {
         let _ = state.set_send_buffer_size(UdpSockRef::from(&std_sock), options.send_buffer);
         let _ = state.set_recv_buffer_size(UdpSockRef::from(&std_sock), options.recv_buffer);
         std_sock.set_nonblocking(true)?;
-        let io = tokio::net::UdpSocket::from_std(std_sock)?;
+        let io = register(std_sock, Interest::READABLE)?;
         Ok(Self {
             io,
+            writable: Mutex::new(None),
+            runtime: tokio::runtime::Handle::current(),
+            send_buffer_waits: AtomicU64::new(0),
             state,
             gso: options.gso,
         })
@@ -287,9 +307,34 @@ impl UdpSocket {
     /// The receive buffer the kernel granted, bytes.
     pub fn recv_buffer(&self) -> usize {
         self.state
-            .recv_buffer_size(UdpSockRef::from(&self.io))
+            .recv_buffer_size(UdpSockRef::from(self.io.get_ref()))
             .unwrap_or(0)
     }
+
+    /// The send buffer the kernel granted, bytes.
+    pub fn send_buffer(&self) -> usize {
+        self.state
+            .send_buffer_size(UdpSockRef::from(self.io.get_ref()))
+            .unwrap_or(0)
+    }
+
+    /// How many times the kernel refused a send because the send buffer was full, and the
+    /// socket waited for room (a queue below the socket, such as a slow qdisc, holds the
+    /// datagrams; on loopback the buffer never fills).
+    pub fn send_buffer_waits(&self) -> u64 {
+        self.send_buffer_waits.load(Ordering::Relaxed)
+    }
+}
+
+/// Registers `socket` with the current runtime's reactor for `interest`.
+#[allow(unsafe_code)]
+fn register(
+    socket: std::net::UdpSocket,
+    interest: Interest,
+) -> io::Result<AsyncFd<std::net::UdpSocket>> {
+    // SAFETY: the `AsyncFd` owns `socket`, which owns its descriptor: it stays open and
+    // `as_raw_fd` returns it unchanged until the `AsyncFd` is dropped.
+    unsafe { AsyncFd::register_with_interest(socket, interest) }.map_err(io::Error::from)
 }
 
 impl AsyncUdpSocket for UdpSocket {
@@ -301,12 +346,28 @@ impl AsyncUdpSocket for UdpSocket {
             segment_size: transmit.segment_size,
             src_ip: transmit.src_ip,
         };
+        let socket = self.io.get_ref();
+        let mut writable = self.writable.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            ready!(self.io.poll_send_ready(cx))?;
-            match self.io.try_io(Interest::WRITABLE, || {
-                self.state.try_send(UdpSockRef::from(&self.io), &transmit)
-            }) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            if let Some(w) = writable.as_ref() {
+                let mut guard = ready!(w.poll_write_ready(cx))?;
+                match guard.try_io(|_| self.state.try_send(UdpSockRef::from(socket), &transmit)) {
+                    Ok(result) => {
+                        // Room again: stop listening for it.
+                        *writable = None;
+                        return Poll::Ready(result);
+                    }
+                    Err(_would_block) => continue,
+                }
+            }
+            match self.state.try_send(UdpSockRef::from(socket), &transmit) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.send_buffer_waits.fetch_add(1, Ordering::Relaxed);
+                    // Registering reports the socket writable at once if room appeared
+                    // since the refusal, so no wake-up is lost between the two.
+                    let _runtime = self.runtime.enter();
+                    *writable = Some(register(socket.try_clone()?, Interest::WRITABLE)?);
+                }
                 result => return Poll::Ready(result),
             }
         }
@@ -321,15 +382,24 @@ impl AsyncUdpSocket for UdpSocket {
         let mut udp_meta = [quinn_udp::RecvMeta::default(); RECV_BATCH];
         let count = bufs.len().min(meta.len()).min(RECV_BATCH);
         loop {
-            ready!(self.io.poll_recv_ready(cx))?;
-            match self.io.try_io(Interest::READABLE, || {
+            let mut guard = ready!(self.io.poll_read_ready(cx))?;
+            let received = guard.try_io(|socket| {
                 self.state.recv(
-                    UdpSockRef::from(&self.io),
+                    UdpSockRef::from(socket.get_ref()),
                     &mut bufs[..count],
                     &mut udp_meta[..count],
                 )
-            }) {
-                Ok(n) => {
+            });
+            match received {
+                Err(_would_block) => continue,
+                Ok(Ok(n)) => {
+                    if n < count {
+                        // The queue ran dry during the call (`recvmmsg` without
+                        // `MSG_WAITFORONE` fills what it can): forget the readiness now rather
+                        // than learn it from one more call that fails. Every datagram that
+                        // arrives later signals again.
+                        guard.clear_ready();
+                    }
                     for (out, m) in meta.iter_mut().zip(&udp_meta[..n]) {
                         *out = RecvMeta {
                             addr: m.addr,
@@ -341,14 +411,13 @@ impl AsyncUdpSocket for UdpSocket {
                     }
                     return Poll::Ready(Ok(n));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
             }
         }
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.io.local_addr()
+        self.io.get_ref().local_addr()
     }
 
     fn max_transmit_segments(&self) -> usize {
