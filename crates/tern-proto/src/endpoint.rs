@@ -860,6 +860,13 @@ impl Endpoint {
         }
     }
 
+    /// Whether [`poll_event`](Self::poll_event) may have an event (`true` can be stale: a
+    /// connection touched since the last look that turns out to have none).
+    #[must_use]
+    pub fn may_have_events(&self) -> bool {
+        !self.events.is_empty() || self.schedule.next_event().is_some()
+    }
+
     /// The next application event. A connection's last event is `Drained`, after which its
     /// handle is freed.
     #[must_use]

@@ -183,6 +183,11 @@ impl Connection {
         self.shared.transmit_now();
     }
 
+    /// Wakes the driver whether or not it has work now.
+    pub(crate) fn wake_driver(&self) {
+        self.shared.wake.notify_one();
+    }
+
     /// Runs `f` on the core's connection under the lock, then sends what it gave the
     /// connection to send ([`Connection::transmit_now`]). `None` if the connection is gone.
     pub(crate) fn with_core<T>(

@@ -215,6 +215,10 @@ pub(crate) struct Inner {
     /// Connections in `conns` not drained yet (so that `is_idle`, asked at every `Drained`,
     /// does not walk 100 000 of them).
     undrained: usize,
+    /// The core's timeout the driver last read (it sleeps until then at the latest, or
+    /// runs again first): an inline sender that leaves no earlier timer and no event need
+    /// not wake it.
+    driver_deadline: Option<std::time::Instant>,
 }
 
 impl Inner {
@@ -238,6 +242,7 @@ impl Inner {
             qlog: None,
             steering: None,
             undrained: 0,
+            driver_deadline: None,
         }
     }
 
@@ -433,43 +438,58 @@ impl IoCounters {
 
 impl Shared {
     /// Sends what the core has to send now from the calling task if nobody else is sending
-    /// (else the driver will), then wakes the driver for its timers and events. Called after
+    /// (else the driver will), then wakes the driver if it has work: something left to
+    /// send, an event to deliver, or a timer earlier than the one it sleeps on. Called after
     /// every application command that may give a connection something to send: a request
-    /// leaves without waiting for the driver task to be scheduled.
+    /// leaves without waiting for the driver task to be scheduled, and a request or reply
+    /// that only moves a timer later costs no driver pass (a task wake-up per message, on
+    /// another core when the runtime has several).
     pub(crate) fn transmit_now(&self) {
+        if !self.send_inline() {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The sending half of [`Shared::transmit_now`]: whether the driver can sleep on.
+    fn send_inline(&self) -> bool {
         let now = runtime::now();
         let mut inner = self.lock();
         let sender = match self.send.try_lock() {
             Ok(s) if inner.dead.is_none() => Some(s),
             _ => None,
         };
-        if let Some(mut tx) = sender {
-            let tx = &mut *tx;
-            collect_transmits(&mut inner, now, &mut tx.batches, &mut tx.spare);
-            drop(inner);
-            let waker = std::task::Waker::noop();
-            let mut cx = std::task::Context::from_waker(waker);
-            let mut blocked = !tx.deferred.is_empty();
-            for batch in tx.batches.drain(..) {
-                if blocked {
+        let Some(mut tx) = sender else {
+            return false;
+        };
+        let tx = &mut *tx;
+        collect_transmits(&mut inner, now, &mut tx.batches, &mut tx.spare);
+        let asleep = !inner.proto.may_have_events()
+            && match (inner.proto.poll_timeout(), inner.driver_deadline) {
+                (None, _) => true,
+                (Some(t), Some(deadline)) => t >= deadline,
+                (Some(_), None) => false,
+            };
+        drop(inner);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut blocked = !tx.deferred.is_empty();
+        for batch in tx.batches.drain(..) {
+            if blocked {
+                tx.deferred.push(batch);
+                continue;
+            }
+            match self.socket.poll_send(&mut cx, &batch.transmit()) {
+                Poll::Pending => {
+                    blocked = true;
                     tx.deferred.push(batch);
-                    continue;
                 }
-                match self.socket.poll_send(&mut cx, &batch.transmit()) {
-                    Poll::Pending => {
-                        blocked = true;
-                        tx.deferred.push(batch);
-                    }
-                    Poll::Ready(sent) => {
-                        self.io.count_send(&batch, sent);
-                        tx.spare.push(batch.data);
-                    }
+                Poll::Ready(sent) => {
+                    self.io.count_send(&batch, sent);
+                    tx.spare.push(batch.data);
                 }
             }
-        } else {
-            drop(inner);
         }
-        self.wake.notify_one();
+        asleep && !blocked
     }
 
     /// Locks the state. A panic while holding the lock is a bug in tern; the state is still
@@ -621,7 +641,9 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
             if inner.dead.is_some() {
                 return;
             }
-            inner.proto.poll_timeout()
+            let timeout = inner.proto.poll_timeout();
+            inner.driver_deadline = timeout;
+            timeout
         };
 
         // 3. Send outside the lock: what an inline sender deferred, then the new batches.
