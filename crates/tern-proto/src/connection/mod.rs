@@ -437,7 +437,8 @@ impl Connection {
     /// Queues bytes on a flow; returns how many were taken (bounded by the send buffer).
     pub fn write(&mut self, id: FlowId, data: &[u8]) -> Result<usize, WriteError> {
         let len = self.writable_len(id, data.len())?;
-        self.write_bytes(id, Bytes::copy_from_slice(&data[..len]))
+        let copy = self.flows.buffers.copy(&data[..len]);
+        self.write_bytes(id, copy)
     }
 
     /// Queues an owned buffer on a flow without copying; takes all of it or returns

@@ -1115,10 +1115,14 @@ impl Connection {
                 fin,
             } = *f
             {
-                let Some(send) = self.flows.flows.get_mut(&id).and_then(|s| s.send.as_mut()) else {
+                let flows = &mut self.flows;
+                let Some(send) = flows.flows.get_mut(&id).and_then(|s| s.send.as_mut()) else {
                     continue;
                 };
-                send.ack(offset, u64::from(len), fin);
+                send.ack(offset, u64::from(len), fin, &mut flows.buffers);
+                if send.buffered() == 0 {
+                    flows.buffers.clear();
+                }
                 if send.is_done() {
                     self.events.push_back(Event::FlowFinished(id));
                     self.flows.reap(id);

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 pub(crate) use recv::{RecvError, RecvFlow};
-pub(crate) use send::SendFlow;
+pub(crate) use send::{BufferPool, SendFlow};
 
 use crate::Side;
 
@@ -144,6 +144,8 @@ pub(crate) struct FlowSet {
     /// MaxFlows frames pending, per direction.
     pub(crate) max_flows_pending: [bool; 2],
     pub(crate) max_data_pending: bool,
+    /// Buffers for the data `Connection::write` copies.
+    pub(crate) buffers: BufferPool,
 }
 
 /// Flows of each kind every endpoint must allow its peer (docs/PROTOCOL.md §8), so that a
@@ -205,6 +207,7 @@ impl FlowSet {
             credit_pending: Vec::new(),
             max_flows_pending: [false, false],
             max_data_pending: false,
+            buffers: BufferPool::default(),
         }
     }
 
