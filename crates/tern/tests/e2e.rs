@@ -716,6 +716,55 @@ async fn an_application_socket_carries_the_connection_and_its_losses_are_recover
     );
 }
 
+/// Requests sent from the application's task wake the driver only when they move its timer
+/// earlier. A request sent after a pause moves it from the idle timer to the loss timer, and
+/// a lost request or reply datagram is a tail loss that only the loss timer recovers: every
+/// request still gets its reply.
+#[tokio::test]
+async fn requests_lost_on_the_way_out_are_recovered_by_the_drivers_timer() {
+    use bytes::Bytes;
+    use std::sync::atomic::Ordering::Relaxed;
+    use tern::MessageOptions;
+    let server = server();
+    let counters = Arc::new(SocketCounters::default());
+    let inner = tern::socket::UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .async_socket(LossySocket {
+            inner,
+            drop_every: 7,
+            counters: counters.clone(),
+        })
+        .build()
+        .unwrap();
+    let key = server.public_key();
+    let addr = server.local_addr().unwrap();
+    tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        while let Ok(m) = conn.recv_message().await {
+            if conn.reply(m.id, m.data, MessageOptions::default()).is_err() {
+                break;
+            }
+        }
+    });
+    let conn = client.connect(addr, Some(key)).await.unwrap();
+    for i in 0..40u32 {
+        // Past the delayed-ACK timer: the driver sleeps on nothing nearer than the idle and
+        // keep-alive timers when the request goes out.
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let body = Bytes::from(i.to_be_bytes().to_vec());
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            conn.request(body.clone(), MessageOptions::default()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("request {i} stalled: {:?}", conn.stats()))
+        .unwrap();
+        assert_eq!(reply.data, body);
+    }
+    // (Checked against a driver never woken by inline senders: request 4 stalls.)
+    assert!(counters.dropped.load(Relaxed) >= 5, "{:?}", conn.stats());
+}
+
 #[tokio::test]
 async fn multipath_over_real_sockets_opens_and_uses_a_second_path() {
     // Both ends on wildcard sockets; the client opens a second path from 127.0.0.2 and the
