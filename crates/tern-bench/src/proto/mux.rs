@@ -67,6 +67,14 @@ pub trait Mux: Send + Sync + Sized + 'static {
     }
 }
 
+/// A stream's sending half that can take an owned buffer without copying it (quinn's and
+/// tern's `write_chunk`): the bulk and reply data a server sends is one pattern buffer,
+/// handed over by reference each time, as an application that owns its data would.
+pub trait ChunkWrite: AsyncWrite + Unpin + Send {
+    /// Queues `data`, waiting for room in the send buffer.
+    fn write_owned(&mut self, data: bytes::Bytes) -> impl Future<Output = io::Result<()>> + Send;
+}
+
 /// Serves one stream: `R` request, `F` flow (see [`crate::spec`]), `V` video frames sized
 /// from the connection's rate (`hint`, [`send_video`]), or `S`: the serving connection's
 /// statistics as JSON (`stats`), so that a client can report the sender's losses.
@@ -77,7 +85,7 @@ pub async fn serve_stream<W, R>(
     hint: impl Fn() -> Option<u64> + Send + 'static,
 ) -> io::Result<()>
 where
-    W: AsyncWrite + Unpin,
+    W: ChunkWrite,
     R: AsyncRead + Unpin,
 {
     let kind = r.read_u8().await?;
@@ -158,11 +166,11 @@ async fn send_video<W: AsyncWrite + Unpin>(
     written
 }
 
-async fn write_pattern<W: AsyncWrite + Unpin>(w: &mut W, mut n: u64) -> io::Result<()> {
-    let chunk = payload(64 << 10);
+async fn write_pattern<W: ChunkWrite>(w: &mut W, mut n: u64) -> io::Result<()> {
+    let chunk = bytes::Bytes::from(payload(64 << 10));
     while n > 0 {
         let k = chunk.len().min(n as usize);
-        w.write_all(&chunk[..k]).await?;
+        w.write_owned(chunk.slice(..k)).await?;
         if n != u64::MAX {
             n -= k as u64;
         }

@@ -13,7 +13,7 @@ use quinn::crypto::rustls::QuicClientConfig;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{json, Value};
 
-use super::mux::{serve_stream, Mux};
+use super::mux::{serve_stream, ChunkWrite, Mux};
 
 const SERVER_NAME: &str = "tern-bench.invalid";
 
@@ -72,6 +72,12 @@ fn quic_rate_hint(c: &quinn::Connection) -> Option<u64> {
 }
 
 /// Serves until the process is killed.
+impl ChunkWrite for quinn::SendStream {
+    async fn write_owned(&mut self, data: bytes::Bytes) -> io::Result<()> {
+        self.write_chunk(data).await.map_err(io::Error::other)
+    }
+}
+
 pub async fn serve(ep: quinn::Endpoint) {
     while let Some(incoming) = ep.accept().await {
         tokio::spawn(async move {

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tern::MessageOptions;
 
-use super::mux::{serve_stream, Mux};
+use super::mux::{serve_stream, ChunkWrite, Mux};
 use crate::spec::payload;
 
 /// The rate an encoder on this connection should produce, bytes per second (`None`: no
@@ -379,6 +379,12 @@ async fn log_path_events(mut events: tern::EventStream) {
         ) {
             eprintln!("{:9.3} s {e:?}", t0.elapsed().as_secs_f64());
         }
+    }
+}
+
+impl ChunkWrite for tern::SendFlow {
+    async fn write_owned(&mut self, data: Bytes) -> io::Result<()> {
+        self.write_chunk(data).await.map_err(io::Error::other)
     }
 }
 
