@@ -329,6 +329,15 @@ pub struct Classic<A> {
     /// Smoothed RTT at the last ACK, for [`Metrics::pacing_rate`].
     last_smoothed_rtt: Option<Duration>,
     undo: Option<Undo<A>>,
+    /// The most bytes in flight at a send during this round: whether the sender used its
+    /// window (see [`Classic::window_used`]).
+    peak_in_flight: u64,
+    /// The peak of the round before this one; `u64::MAX` until a round has ended (the first
+    /// round grows the window as it always has).
+    last_peak_in_flight: u64,
+    /// When this round's first packet was sent; the round ends when a packet sent at or after
+    /// it is acknowledged.
+    round_start: Option<Instant>,
     congestion_events: u64,
     non_congestive_losses: u64,
     persistent_congestion_events: u64,
@@ -352,6 +361,9 @@ impl<A: WindowAdjustment> Classic<A> {
             loss_ratio: 0.0,
             last_smoothed_rtt: None,
             undo: None,
+            peak_in_flight: 0,
+            last_peak_in_flight: u64::MAX,
+            round_start: None,
             congestion_events: 0,
             non_congestive_losses: 0,
             persistent_congestion_events: 0,
@@ -502,6 +514,22 @@ impl<A: WindowAdjustment> Classic<A> {
     }
 }
 
+impl<A: WindowAdjustment> Classic<A> {
+    /// Whether the sender filled at least half its window in this round or the last.
+    ///
+    /// RFC 9002 §7.8: a window the sender does not use must not grow. Packets sent when
+    /// nothing was left to send are marked app-limited, but a sender can also fall short of
+    /// its window with data waiting: a CPU slower than the path, a peer's flow-control
+    /// window, an application that paces itself. On loopback tern's window grew to 2 GB with
+    /// 0.6–1.7 MB in flight, a burst waiting for the first path that is not loopback. Like
+    /// Linux's `tcp_is_cwnd_limited`, half the window in flight counts as using it (paced slow
+    /// start keeps about that much in flight).
+    fn window_used(&self) -> bool {
+        let peak = self.peak_in_flight.max(self.last_peak_in_flight);
+        peak.saturating_mul(2) >= self.window
+    }
+}
+
 impl<A: WindowAdjustment> Controller for Classic<A> {
     fn on_sent(&mut self, now: Instant, bytes: u64, bytes_in_flight: u64) {
         // Nothing else in flight: the sender was idle (or app-limited) until now. CUBIC's epoch
@@ -509,6 +537,8 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
         if bytes_in_flight <= bytes {
             self.adjustment.on_app_limited(now);
         }
+        self.peak_in_flight = self.peak_in_flight.max(bytes_in_flight);
+        self.round_start.get_or_insert(now);
     }
 
     fn on_ack(
@@ -539,7 +569,7 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
         //# sending is not pacing limited, the congestion window is
         //# underutilized. [...] the congestion window SHOULD NOT be increased
         //# in either slow start or congestion avoidance.
-        if app_limited {
+        if app_limited || !self.window_used() {
             return;
         }
 
@@ -572,9 +602,17 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
         app_limited: bool,
         largest_acked_sent: Option<Instant>,
     ) {
-        let _ = (bytes_in_flight, largest_acked_sent);
         if app_limited {
             self.adjustment.on_app_limited(now);
+        }
+        // The round ends when a packet sent in it is acknowledged; the next one starts with
+        // what is in flight now.
+        if let (Some(start), Some(acked)) = (self.round_start, largest_acked_sent) {
+            if acked >= start {
+                self.last_peak_in_flight = self.peak_in_flight;
+                self.peak_in_flight = bytes_in_flight;
+                self.round_start = None;
+            }
         }
     }
 
@@ -826,6 +864,31 @@ mod tests {
         assert_eq!(cc.window(), 10 * MSS);
         cc.on_ack(t + 50 * MS, t, 5 * MSS, false, &rtt);
         assert_eq!(cc.window(), 15 * MSS);
+    }
+
+    #[test]
+    fn a_window_the_sender_does_not_fill_does_not_grow() {
+        let t = epoch();
+        let rtt = no_queue();
+        let mut cc = reno(ClassicConfig::default());
+        // Data waits (the acks are not app-limited), but the sender keeps only 2 datagrams in
+        // flight: a slow CPU, a small flow-control window.
+        for round in 0..20u32 {
+            let sent = t + round * 50 * MS;
+            cc.on_sent(sent, MSS, MSS);
+            cc.on_sent(sent, MSS, 2 * MSS);
+            let acked = sent + 40 * MS;
+            cc.on_ack(acked, sent, MSS, false, &rtt);
+            cc.on_ack(acked, sent, MSS, false, &rtt);
+            cc.on_end_acks(acked, 0, false, Some(sent));
+        }
+        // Only the first round, before any had ended, grew it.
+        assert_eq!(cc.window(), 12 * MSS);
+        // Half the window in flight uses it: it grows again.
+        let sent = t + 2_000 * MS;
+        cc.on_sent(sent, 6 * MSS, 6 * MSS);
+        cc.on_ack(sent + 40 * MS, sent, MSS, false, &rtt);
+        assert_eq!(cc.window(), 13 * MSS);
     }
 
     #[test]
