@@ -860,11 +860,25 @@ impl Endpoint {
         }
     }
 
-    /// Whether [`poll_event`](Self::poll_event) may have an event (`true` can be stale: a
-    /// connection touched since the last look that turns out to have none).
+    /// Whether [`poll_event`](Self::poll_event) may have an event. Every connection the
+    /// application or a datagram touched is a candidate until `poll_event` looks at it; this
+    /// looks at up to eight of them (an application's send touches its own) and answers
+    /// `true` if there are more.
     #[must_use]
     pub fn may_have_events(&self) -> bool {
-        !self.events.is_empty() || self.schedule.next_event().is_some()
+        const LOOKED_AT: usize = 8;
+        if !self.events.is_empty() {
+            return true;
+        }
+        let Some(mut candidates) = self.schedule.event_candidates(LOOKED_AT) else {
+            return true;
+        };
+        candidates.any(|idx| {
+            self.connections
+                .get(idx)
+                .and_then(|c| c.as_ref())
+                .is_some_and(|c| !c.announce.is_visible() || c.has_events())
+        })
     }
 
     /// The next application event. A connection's last event is `Drained`, after which its

@@ -49,6 +49,15 @@ impl SlotQueue {
         }
     }
 
+    /// The first `n` slots, front first.
+    fn first(&self, n: usize) -> impl Iterator<Item = usize> + '_ {
+        self.queue.iter().take(n).copied()
+    }
+
+    fn len_queued(&self) -> usize {
+        self.queue.len()
+    }
+
     fn take_all(&mut self) -> impl Iterator<Item = usize> + '_ {
         let queued = &mut self.queued;
         self.queue.drain(..).inspect(move |&i| queued[i] = false)
@@ -133,6 +142,11 @@ impl Schedule {
     /// The slot to ask for an event next.
     pub(crate) fn next_event(&self) -> Option<usize> {
         self.events.front()
+    }
+
+    /// The slots that may have an event, if there are at most `n` of them (`None`: more).
+    pub(crate) fn event_candidates(&self, n: usize) -> Option<impl Iterator<Item = usize> + '_> {
+        (self.events.len_queued() <= n).then(|| self.events.first(n))
     }
 
     /// The slot from `next_event` has no event until touched again.

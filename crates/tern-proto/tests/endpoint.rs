@@ -1682,3 +1682,35 @@ fn a_sender_held_back_by_its_pacer_with_nothing_in_flight_wakes_when_the_pacer_a
     let stats = pair.client.connection(c).unwrap().stats();
     assert_eq!(stats.packets_lost, 0, "{stats:?}");
 }
+
+#[test]
+fn may_have_events_tells_a_touch_from_an_event() {
+    // The runtime's inline sender skips waking its driver when nothing is left for it: an
+    // application command touches its connection, which alone is not an event.
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    Pair::events(&mut pair.client);
+    Pair::events(&mut pair.server);
+    assert!(!pair.client.may_have_events());
+    // A command that raises no event.
+    let flow = pair
+        .client
+        .connection_mut(c)
+        .unwrap()
+        .open_flow(Dir::Bi)
+        .unwrap();
+    let conn = pair.client.connection_mut(c).unwrap();
+    assert_eq!(conn.write(flow, b"hello").unwrap(), 5);
+    assert!(!pair.client.may_have_events(), "a touch is not an event");
+    // The server hears of the flow: an event.
+    pair.exchange();
+    assert!(pair.server.may_have_events());
+    assert!(!Pair::events(&mut pair.server).is_empty());
+    assert!(!pair.server.may_have_events());
+    // Closing raises one on the closing side.
+    pair.server
+        .connection_mut(s)
+        .unwrap()
+        .close(pair.now, 0, b"bye");
+    assert!(pair.server.may_have_events());
+}

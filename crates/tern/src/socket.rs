@@ -326,6 +326,14 @@ impl UdpSocket {
     }
 }
 
+/// Whether quinn-udp receives with `recvmmsg` here, so that a short batch means the queue is
+/// empty. Elsewhere it reads one datagram per call, and only a failed call says so.
+const RECV_FILLS_BATCH: bool = cfg!(any(
+    target_os = "linux",
+    target_os = "android",
+    target_os = "freebsd"
+));
+
 /// Registers `socket` with the current runtime's reactor for `interest`.
 #[allow(unsafe_code)]
 fn register(
@@ -393,7 +401,7 @@ impl AsyncUdpSocket for UdpSocket {
             match received {
                 Err(_would_block) => continue,
                 Ok(Ok(n)) => {
-                    if n < count {
+                    if RECV_FILLS_BATCH && n < count {
                         // The queue ran dry during the call (`recvmmsg` without
                         // `MSG_WAITFORONE` fills what it can): forget the readiness now rather
                         // than learn it from one more call that fails. Every datagram that

@@ -438,12 +438,17 @@ impl Connection {
     pub fn write(&mut self, id: FlowId, data: &[u8]) -> Result<usize, WriteError> {
         let len = self.writable_len(id, data.len())?;
         let copy = self.flows.buffers.copy(&data[..len]);
-        self.write_bytes(id, copy)
+        self.queue_bytes(id, copy, true)
     }
 
     /// Queues an owned buffer on a flow without copying; takes all of it or returns
     /// `Blocked` if it does not fit the send buffer (unless the buffer is empty).
     pub fn write_bytes(&mut self, id: FlowId, data: Bytes) -> Result<usize, WriteError> {
+        self.queue_bytes(id, data, false)
+    }
+
+    /// [`write_bytes`](Self::write_bytes); `pooled` if the flows' buffer pool made `data`.
+    fn queue_bytes(&mut self, id: FlowId, data: Bytes, pooled: bool) -> Result<usize, WriteError> {
         let room = self.writable_len(id, data.len())?;
         let buffered = self
             .flows
@@ -457,7 +462,7 @@ impl Connection {
         }
         let len = data.len();
         if let Some(send) = self.flows.send_mut(id) {
-            send.write(data);
+            send.write_chunk(data, pooled);
         }
         self.flows.mark_ready(id);
         Ok(len)
@@ -517,6 +522,8 @@ impl Connection {
             send.reset_pending = true;
             send.retransmit = Default::default();
             self.flows.mark_ready(id);
+            // Its data may never be acknowledged now, so its buffers never drain.
+            self.flows.buffers.clear();
         }
         Ok(())
     }
@@ -1011,6 +1018,11 @@ impl Connection {
                 new: state,
             });
         }
+    }
+
+    /// Whether [`poll_event`](Self::poll_event) has an event.
+    pub(crate) fn has_events(&self) -> bool {
+        !self.events.is_empty() || (self.is_drained() && !self.drained_reported)
     }
 
     /// The next event for the application.

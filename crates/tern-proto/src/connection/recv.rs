@@ -406,6 +406,7 @@ impl Connection {
                             send.reset = Some(error_code);
                             send.reset_pending = true;
                             send.retransmit = Default::default();
+                            self.flows.buffers.clear();
                         }
                         self.flows.mark_ready(id);
                         self.events.push_back(Event::FlowStopped {

@@ -285,6 +285,7 @@ impl FlowSet {
         }
         self.flows.remove(&id);
         self.ready.retain(|f| *f != id);
+        self.buffers.clear();
         if id.initiator() != self.side {
             let d = dir_index(id.dir());
             self.local_max[d] += 1;

@@ -7,7 +7,6 @@ use bytes::{Bytes, BytesMut};
 
 use crate::recovery::RangeSet;
 
-/// Sending state of one flow.
 /// Buffers of acknowledged flow data kept for the next copies `Connection::write` makes.
 ///
 /// A bulk sender that copies each write allocates a buffer per write and frees one per
@@ -15,7 +14,7 @@ use crate::recovery::RangeSet;
 /// the top of its heap back to the kernel and faulting it in again (zeroed) on the next
 /// writes: a fifth of the sender's CPU in `tern-bench run bulk`. A few buffers reused in
 /// turn allocate nothing once the transfer runs. Emptied when a flow's buffer drains, so an
-/// idle connection keeps none.
+/// idle connection keeps none, and when a flow is reset (its data may never drain).
 #[derive(Debug, Default)]
 pub(crate) struct BufferPool {
     spare: Vec<BytesMut>,
@@ -61,11 +60,14 @@ impl BufferPool {
     }
 }
 
+/// Sending state of one flow.
 #[derive(Debug, Default)]
 pub(crate) struct SendFlow {
     /// Buffered chunks with the flow offset of their first byte; the front is the oldest
-    /// unacknowledged data.
-    chunks: VecDeque<(u64, Bytes)>,
+    /// unacknowledged data. `true` marks a buffer the pool made (`Connection::write`'s
+    /// copies), the only ones it takes back: an application's own `Bytes` may be a slice of
+    /// a much larger allocation.
+    chunks: VecDeque<(u64, Bytes, bool)>,
     /// Bytes written by the application (the next write's offset).
     pub(crate) written: u64,
     /// Next offset never sent before.
@@ -106,12 +108,19 @@ impl SendFlow {
     }
 
     /// Appends application data.
+    /// Queues an application's `data` (tests; the connection says whether the pool made it).
+    #[cfg(test)]
     pub(crate) fn write(&mut self, data: Bytes) {
+        self.write_chunk(data, false);
+    }
+
+    /// Queues `data`; `pooled` if [`BufferPool::copy`] made it.
+    pub(crate) fn write_chunk(&mut self, data: Bytes, pooled: bool) {
         if data.is_empty() {
             return;
         }
         let len = data.len() as u64;
-        self.chunks.push_back((self.written, data));
+        self.chunks.push_back((self.written, data, pooled));
         self.written += len;
     }
 
@@ -159,8 +168,8 @@ impl SendFlow {
         // Chunks are sorted by offset: find the first one that may hold `offset`.
         let idx = self
             .chunks
-            .partition_point(|(start, data)| start + data.len() as u64 <= want.start);
-        for (start, data) in self.chunks.range(idx..) {
+            .partition_point(|(start, data, _)| start + data.len() as u64 <= want.start);
+        for (start, data, _) in self.chunks.range(idx..) {
             if want.is_empty() || *start >= want.end {
                 break;
             }
@@ -183,10 +192,10 @@ impl SendFlow {
         }
         self.acked.insert(offset..offset + len);
         self.retransmit.remove(offset..offset + len);
-        while let Some((start, data)) = self.chunks.front() {
+        while let Some((start, data, _)) = self.chunks.front() {
             let end = start + data.len() as u64;
             if self.acked.contains_range(*start..end) {
-                if let Some((_, data)) = self.chunks.pop_front() {
+                if let Some((_, data, true)) = self.chunks.pop_front() {
                     pool.recycle(data);
                 }
             } else {
@@ -271,10 +280,13 @@ mod tests {
         let mut f = SendFlow::new(u64::MAX);
         let first = pool.copy(&[7u8; 1000]);
         let first_ptr = first.as_ptr();
-        f.write(first);
-        f.write(pool.copy(&[8u8; 1000]));
-        let (o, l, _) = f.next_range(2000, u64::MAX).unwrap();
+        f.write_chunk(first, true);
+        f.write_chunk(pool.copy(&[8u8; 1000]), true);
+        // An application's own buffer is never taken: it may be a slice of a larger one.
+        f.write(Bytes::from(vec![6u8; 1000]));
+        let (o, l, _) = f.next_range(3000, u64::MAX).unwrap();
         f.ack(o, l, false, &mut pool);
+        assert_eq!(f.buffered(), 0);
         assert_eq!(pool.len(), 2);
         // The next copy lands in a kept buffer (the last one kept, then the first).
         let again = pool.copy(&[9u8; 500]);
