@@ -344,6 +344,43 @@ mod tests {
     }
 
     #[test]
+    fn congestion_avoidance_does_not_grow_a_window_the_sender_leaves_half_empty() {
+        let queue = rtt_with(100 * MS, 150 * MS);
+        let (mut cc, mut now) = grown_to(&CubicConfig::default(), 100, &queue);
+        cc.on_congestion_event(now, now, MSS, false, &queue);
+        assert_eq!(cc.window(), 70 * MSS);
+        let rtt = rtt_with(100 * MS, 100 * MS);
+        // Round after round, data waits but only 20 of the 70 datagrams are ever in flight.
+        // The first round may still grow the window (no round has ended to say otherwise).
+        let mut after_first = 0;
+        for round in 0..30 {
+            let sent = now + MS;
+            for k in 1..=20 {
+                cc.on_sent(sent, MSS, k * MSS);
+            }
+            now = sent + 100 * MS;
+            for _ in 0..20 {
+                cc.on_ack(now, sent, MSS, false, &rtt);
+            }
+            cc.on_end_acks(now, 0, false, Some(sent));
+            if round == 0 {
+                after_first = cc.window();
+            }
+        }
+        assert_eq!(
+            cc.window(),
+            after_first,
+            "CUBIC's curve grew an unused window"
+        );
+        // Filling half of it lets the curve go on.
+        let sent = now + MS;
+        cc.on_sent(sent, 40 * MSS, 40 * MSS);
+        now = sent + 100 * MS;
+        cc.on_ack(now, sent, 40 * MSS, false, &rtt);
+        assert!(cc.window() > after_first);
+    }
+
+    #[test]
     fn congestion_reduces_by_beta_and_remembers_w_max() {
         let queue = rtt_with(100 * MS, 150 * MS);
         let (mut cc, now) = grown_to(&CubicConfig::default(), 100, &queue);
