@@ -49,13 +49,9 @@ impl SlotQueue {
         }
     }
 
-    /// The first `n` slots, front first.
-    fn first(&self, n: usize) -> impl Iterator<Item = usize> + '_ {
-        self.queue.iter().take(n).copied()
-    }
-
-    fn len_queued(&self) -> usize {
-        self.queue.len()
+    /// The queued slots, front first, if there are at most `n`.
+    fn if_at_most(&self, n: usize) -> Option<impl Iterator<Item = usize> + '_> {
+        (self.queue.len() <= n).then(|| self.queue.iter().copied())
     }
 
     fn take_all(&mut self) -> impl Iterator<Item = usize> + '_ {
@@ -146,7 +142,7 @@ impl Schedule {
 
     /// The slots that may have an event, if there are at most `n` of them (`None`: more).
     pub(crate) fn event_candidates(&self, n: usize) -> Option<impl Iterator<Item = usize> + '_> {
-        (self.events.len_queued() <= n).then(|| self.events.first(n))
+        self.events.if_at_most(n)
     }
 
     /// The slot from `next_event` has no event until touched again.

@@ -516,14 +516,9 @@ impl Connection {
 
     /// Abandons a flow's sending half: unsent and unacknowledged data is dropped.
     pub fn reset_flow(&mut self, id: FlowId, code: u64) -> Result<(), WriteError> {
-        let send = self.flows.send_mut(id).ok_or(WriteError::ClosedFlow)?;
-        if send.reset.is_none() && !send.is_done() {
-            send.reset = Some(code);
-            send.reset_pending = true;
-            send.retransmit = Default::default();
+        self.flows.send_mut(id).ok_or(WriteError::ClosedFlow)?;
+        if self.flows.reset_send(id, code) {
             self.flows.mark_ready(id);
-            // Its data may never be acknowledged now, so its buffers never drain.
-            self.flows.buffers.clear();
         }
         Ok(())
     }

@@ -402,12 +402,7 @@ impl Connection {
                 if let Some(send) = state.and_then(|s| s.send.as_mut()) {
                     if send.stop_requested.is_none() {
                         send.stop_requested = Some(error_code);
-                        if send.reset.is_none() && !send.is_done() {
-                            send.reset = Some(error_code);
-                            send.reset_pending = true;
-                            send.retransmit = Default::default();
-                            self.flows.buffers.clear();
-                        }
+                        self.flows.reset_send(id, error_code);
                         self.flows.mark_ready(id);
                         self.events.push_back(Event::FlowStopped {
                             id,

@@ -176,6 +176,23 @@ impl FlowSet {
         self.flows.get_mut(&id).and_then(|f| f.send.as_mut())
     }
 
+    /// Abandons the sending half of flow `id` with `code` (unsent and unacknowledged data is
+    /// dropped), unless it is reset or done already. Its data may never be acknowledged now,
+    /// so the write-buffer pool is emptied too. Returns whether it reset the flow now.
+    pub(crate) fn reset_send(&mut self, id: FlowId, code: u64) -> bool {
+        let Some(send) = self.send_mut(id) else {
+            return false;
+        };
+        if send.reset.is_some() || send.is_done() {
+            return false;
+        }
+        send.reset = Some(code);
+        send.reset_pending = true;
+        send.retransmit = Default::default();
+        self.buffers.clear();
+        true
+    }
+
     /// The receiving half of flow `id`, if it has one still open.
     pub(crate) fn recv_mut(&mut self, id: FlowId) -> Option<&mut RecvFlow> {
         self.flows.get_mut(&id).and_then(|f| f.recv.as_mut())
