@@ -661,34 +661,44 @@ fn tolerance_survives_moderate_jitter() {
     }
 }
 
-#[test]
-fn jitter_does_not_hide_drop_tail_overflow() {
+/// Without random loss every loss is overflow: on each jittery `link` (one BDP of buffer),
+/// `tern`'s controller must not lose more than `reference`, the same controller without the
+/// random-loss rule, does.
+fn assert_overflow_still_counts(
+    tern: &dyn ControllerFactory,
+    reference: &dyn ControllerFactory,
+    links: impl IntoIterator<Item = Link>,
+) {
     let duration = Duration::from_secs(30);
-    let cases = [(15 * MS, 4 * MS), (40 * MS, 5 * MS), (100 * MS, 10 * MS)];
-    for (link, (rtt, jitter)) in cases
-        .iter()
-        .map(|&(rtt, jitter)| (jittery(rtt, jitter, 0.0), (rtt, jitter)))
-        .chain(
-            cases
-                .iter()
-                .map(|&(rtt, jitter)| (jittery_both_ways(rtt, jitter, 0.0), (rtt, jitter))),
-        )
-    {
-        let tolerant = simulate(&CubicConfig::default(), link, duration, 13);
-        let classic = simulate(
-            &CubicConfig::default().random_loss_tolerance(false),
-            link,
-            duration,
-            13,
-        );
-        eprintln!("{rtt:?} ± {jitter:?}: tolerant {tolerant:?}\n    classic {classic:?}");
+    for link in links {
+        let tolerant = simulate(tern, link, duration, 13);
+        let classic = simulate(reference, link, duration, 13);
+        eprintln!("{link:?}: tolerant {tolerant:?}\n    reference {classic:?}");
         assert!(
             tolerant.loss_rate <= classic.loss_rate * 1.5 + 0.001,
-            "{rtt:?} ± {jitter:?}: loss {:.3} % vs {:.3} %",
+            "{link:?}: loss {:.3} % vs {:.3} %",
             tolerant.loss_rate * 100.0,
             classic.loss_rate * 100.0
         );
     }
+}
+
+/// Round trips and in-order jitter of the overflow checks.
+const OVERFLOW_CASES: [(Duration, Duration); 3] = [
+    (Duration::from_millis(15), Duration::from_millis(4)),
+    (Duration::from_millis(40), Duration::from_millis(5)),
+    (Duration::from_millis(100), Duration::from_millis(10)),
+];
+
+#[test]
+fn jitter_does_not_hide_drop_tail_overflow() {
+    let one_way = OVERFLOW_CASES.map(|(rtt, jitter)| jittery(rtt, jitter, 0.0));
+    let both_ways = OVERFLOW_CASES.map(|(rtt, jitter)| jittery_both_ways(rtt, jitter, 0.0));
+    assert_overflow_still_counts(
+        &CubicConfig::default(),
+        &CubicConfig::default().random_loss_tolerance(false),
+        one_way.into_iter().chain(both_ways),
+    );
 }
 
 /// Builds `inner`'s controllers and hands each a bottleneck-rate estimate at once, as
@@ -1002,26 +1012,12 @@ fn bbr_keeps_the_link_through_random_loss_and_in_order_jitter() {
 
 #[test]
 fn bbr_jitter_allowance_does_not_hide_drop_tail_overflow() {
-    // Without random loss every loss is overflow: the allowance must not make BBR lose more
-    // than Linux's rule (any lossy round cuts the short-term bounds) does.
-    let duration = Duration::from_secs(30);
-    for (rtt, jitter) in [(15 * MS, 4 * MS), (40 * MS, 5 * MS), (100 * MS, 10 * MS)] {
-        let link = jittery_both_ways(rtt, jitter, 0.0);
-        let tern = simulate(&BbrConfig::default(), link, duration, 13);
-        let linux = simulate(
-            &BbrConfig::default().short_term_loss_threshold(false),
-            link,
-            duration,
-            13,
-        );
-        eprintln!("{rtt:?} ± {jitter:?}: tern {tern:?}\n    linux {linux:?}");
-        assert!(
-            tern.loss_rate <= linux.loss_rate * 1.5 + 0.001,
-            "{rtt:?} ± {jitter:?}: loss {:.3} % vs {:.3} %",
-            tern.loss_rate * 100.0,
-            linux.loss_rate * 100.0
-        );
-    }
+    // The reference is Linux's rule: any lossy round cuts the short-term bounds.
+    assert_overflow_still_counts(
+        &BbrConfig::default(),
+        &BbrConfig::default().short_term_loss_threshold(false),
+        OVERFLOW_CASES.map(|(rtt, jitter)| jittery_both_ways(rtt, jitter, 0.0)),
+    );
 }
 
 #[test]
