@@ -24,10 +24,11 @@
 //! at least one of these holds:
 //! 1. **a queue is standing**: the queueing delay estimate `smoothed_rtt - min_rtt -
 //!    allowance` is at least `max(min_rtt / 8, 2 ms)`, where the jitter allowance is the larger
-//!    of `2 × rttvar` and the widest RTT spread of the last [`SPREAD_ROUNDS`] rounds in
-//!    congestion avoidance (at most `min_rtt / 2`). If the bottleneck queue holds more than an
-//!    eighth of the base RTT, backing off mostly drains that queue and costs little
-//!    utilisation, and the queue is the evidence that we (or a competitor) overfilled the link;
+//!    of `2 × rttvar` and the widest RTT spread of the last [`SPREAD_ROUNDS`] rounds spent
+//!    wholly in congestion avoidance (the spread counting for at most `min_rtt / 2`). If the
+//!    bottleneck queue holds more than an eighth of the base RTT, backing off mostly drains
+//!    that queue and costs little utilisation, and the queue is the evidence that we (or a
+//!    competitor) overfilled the link;
 //! 2. **losses are frequent**: the recent loss ratio (an EWMA over datagrams of lost / (acked +
 //!    lost), see [`LOSS_RATIO_GAIN`]) exceeds [`ClassicConfig::loss_ratio_threshold`] (10 % by
 //!    default). Random loss on a usable radio link is rarer than that (messages with deadlines
@@ -62,13 +63,15 @@
 //! the delay swings smoothly: each packet waits behind the one before, consecutive samples
 //! differ little, and `rttvar` stays small while the smoothed RTT sits milliseconds above the
 //! minimum. Within one round trip, though, the samples still range over the jitter. So the
-//! allowance is also the widest spread (highest less lowest RTT sample) of the last
-//! [`SPREAD_ROUNDS`] rounds. Slow start's rounds are left out (their queue grows by up to a
-//! window per round), and the spread counts for at most half the minimum RTT, so a queue that
-//! large is always a congestion signal. A drop-tail queue filled in congestion avoidance grows
-//! by a datagram or so per round, which hardly widens a round's spread. In the same
+//! allowance is also the widest spread (highest less lowest RTT sample, ACK delay removed) of
+//! the last [`SPREAD_ROUNDS`] rounds. Rounds with slow start, a window reduction or a fast-start
+//! jump in them are left out (the queue grows or drains by itself then), spreads are forgotten
+//! at persistent congestion, and the spread counts for at most half the minimum RTT, so a queue
+//! of `min_rtt / 2 + max(min_rtt / 8, 2 ms)` is always a congestion signal. A drop-tail queue
+//! filled in congestion avoidance grows by a datagram or so per round, which hardly widens a
+//! round's spread. In the same
 //! simulation with the jitter on both ways, utilisation went from 15 % to 84 % (15 ms, 4 ms
-//! each way), 38 % to 92 % (15 ms, 2 ms) and 17 % to 90 % (40 ms, 5 ms); the drop-tail results
+//! each way), 38 % to 92 % (15 ms, 2 ms) and 17 % to 92 % (40 ms, 5 ms); the drop-tail results
 //! stayed within the test's bound of classic CUBIC's loss.
 //!
 //! **Risks, and what covers them.**
@@ -128,6 +131,70 @@ pub const JITTER_ALLOWANCE: u32 = 2;
 /// Congestion-avoidance rounds whose RTT spread (highest less lowest sample) makes the other
 /// part of the jitter allowance (see "Why the spread" in the module doc).
 pub const SPREAD_ROUNDS: usize = 10;
+
+/// The RTT spread (highest less lowest sample) of recent rounds: how much a path's delay
+/// swings without a queue of ours, the jitter allowance of the standing-queue tests here and
+/// in [`Bbr`](super::Bbr) ("Why the spread" in the module doc).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RoundSpreads {
+    /// Lowest and highest ACK-delay-adjusted sample of the current round.
+    round: Option<(Duration, Duration)>,
+    /// Something happened in this round that moves the delay by itself (slow start, a
+    /// reduction, a BBR phase other than cruising): its spread is not kept.
+    tainted: bool,
+    /// The estimator's sample count at the last sample taken, so that an ACK frame without a
+    /// new RTT sample does not count the previous one again.
+    samples_seen: u64,
+    /// Spreads of the last [`SPREAD_ROUNDS`] kept rounds, newest last.
+    spreads: VecDeque<Duration>,
+}
+
+impl RoundSpreads {
+    /// Takes the estimator's newest sample into the current round, if it is new.
+    pub(crate) fn sample(&mut self, rtt: &RttEstimator) {
+        let count = rtt.sample_count();
+        if count == self.samples_seen {
+            return;
+        }
+        self.samples_seen = count;
+        let sample = rtt.latest_adjusted();
+        self.round = Some(self.round.map_or((sample, sample), |(lo, hi)| {
+            (lo.min(sample), hi.max(sample))
+        }));
+    }
+
+    /// The current round's spread will not be kept.
+    pub(crate) fn taint(&mut self) {
+        self.tainted = true;
+    }
+
+    /// The round ended: keeps its spread unless it was tainted (or `keep` is false).
+    pub(crate) fn end_round(&mut self, keep: bool) {
+        let round = self.round.take();
+        let tainted = std::mem::replace(&mut self.tainted, false);
+        if let Some((lo, hi)) = round.filter(|_| keep && !tainted) {
+            if self.spreads.len() == SPREAD_ROUNDS {
+                self.spreads.pop_front();
+            }
+            self.spreads.push_back(hi.saturating_sub(lo));
+        }
+    }
+
+    /// Forgets every spread (persistent congestion: the path may have changed).
+    pub(crate) fn clear(&mut self) {
+        self.round = None;
+        self.spreads.clear();
+    }
+
+    /// The jitter allowance: the larger of [`JITTER_ALLOWANCE`] × `rtt_var` and the widest
+    /// kept spread, the spread counting for at most `min_rtt / 2`.
+    pub(crate) fn allowance(&self, rtt_var: Duration, min_rtt: Duration) -> Duration {
+        let spread = self.spreads.iter().max().copied().unwrap_or_default();
+        rtt_var
+            .saturating_mul(JITTER_ALLOWANCE)
+            .max(spread.min(min_rtt / 2))
+    }
+}
 
 /// Pacing gain in slow start: the window doubles every round trip, so packets must be allowed
 /// to leave at twice the rate the window alone implies (Linux's `tcp_pacing_ss_ratio`, 200 %).
@@ -358,11 +425,8 @@ pub struct Classic<A> {
     /// When this round's first packet was sent; the round ends when a packet sent at or after
     /// it is acknowledged.
     round_start: Option<Instant>,
-    /// Lowest and highest RTT sample of this round.
-    round_rtt: Option<(Duration, Duration)>,
-    /// The RTT spread of each of the last [`SPREAD_ROUNDS`] rounds spent in congestion
-    /// avoidance, newest last.
-    spreads: VecDeque<Duration>,
+    /// RTT spreads of the last rounds spent wholly in congestion avoidance.
+    spreads: RoundSpreads,
     congestion_events: u64,
     non_congestive_losses: u64,
     persistent_congestion_events: u64,
@@ -389,8 +453,7 @@ impl<A: WindowAdjustment> Classic<A> {
             peak_in_flight: 0,
             last_peak_in_flight: u64::MAX,
             round_start: None,
-            round_rtt: None,
-            spreads: VecDeque::with_capacity(SPREAD_ROUNDS),
+            spreads: RoundSpreads::default(),
             congestion_events: 0,
             non_congestive_losses: 0,
             persistent_congestion_events: 0,
@@ -479,11 +542,7 @@ impl<A: WindowAdjustment> Classic<A> {
         let Some(min_rtt) = rtt.min() else {
             return Some(Signal::NoRttSample);
         };
-        let spread = self.spreads.iter().max().copied().unwrap_or_default();
-        let allowance = rtt
-            .var()
-            .saturating_mul(JITTER_ALLOWANCE)
-            .max(spread.min(min_rtt / 2));
+        let allowance = self.spreads.allowance(rtt.var(), min_rtt);
         let queue_delay = rtt
             .smoothed()
             .saturating_sub(min_rtt)
@@ -513,6 +572,8 @@ impl<A: WindowAdjustment> Classic<A> {
         //# the slow start threshold before exiting the recovery period.
         // (The factor is the adjustment's: 0.5 for NewReno, β = 0.7 for CUBIC.)
         self.recovery_start = Some(now);
+        // The queue drains after a cut: that round's spread is no jitter.
+        self.spreads.taint();
         let reduced = self
             .adjustment
             .on_congestion(now, self.window, self.mss)
@@ -584,10 +645,11 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
         self.observe(bytes, false);
         if rtt.has_sample() {
             self.last_smoothed_rtt = Some(rtt.smoothed());
-            let sample = rtt.latest();
-            self.round_rtt = Some(self.round_rtt.map_or((sample, sample), |(lo, hi)| {
-                (lo.min(sample), hi.max(sample))
-            }));
+            self.spreads.sample(rtt);
+        }
+        // Slow start's queue grows by up to a window per round, which is no jitter.
+        if self.window < self.ssthresh {
+            self.spreads.taint();
         }
 
         //= https://www.rfc-editor.org/rfc/rfc9002#section-7.3.2
@@ -648,16 +710,7 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
                 self.last_peak_in_flight = self.peak_in_flight;
                 self.peak_in_flight = bytes_in_flight;
                 self.round_start = None;
-                // Slow start's rounds are left out: their queue grows by up to a window per
-                // round, which is no jitter.
-                if let Some((lo, hi)) = self.round_rtt.take() {
-                    if self.window >= self.ssthresh {
-                        if self.spreads.len() == SPREAD_ROUNDS {
-                            self.spreads.pop_front();
-                        }
-                        self.spreads.push_back(hi.saturating_sub(lo));
-                    }
-                }
+                self.spreads.end_round(true);
             }
         }
     }
@@ -704,6 +757,7 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
             self.window = self.minimum_window();
             self.recovery_start = None;
             self.undo = None;
+            self.spreads.clear();
             self.adjustment.on_persistent_congestion();
             self.persistent_congestion_events = self.persistent_congestion_events.saturating_add(1);
         }
@@ -788,6 +842,7 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
         );
         self.window = target;
         self.ssthresh = target;
+        self.spreads.taint();
         self.last_smoothed_rtt = Some(rtt.smoothed());
         // Growth in congestion avoidance starts from here, not from an earlier epoch.
         self.adjustment.on_app_limited(now);
@@ -1022,6 +1077,60 @@ mod tests {
         cc.on_congestion_event(t + 50 * MS, t + 10 * MS, MSS, false, &rtt);
         assert_eq!(cc.window(), 55 * MSS);
         assert_eq!(cc.metrics().non_congestive_losses, 0);
+    }
+
+    #[test]
+    fn only_congestion_avoidance_rounds_make_the_jitter_allowance() {
+        let t = epoch();
+        let mut cc = reno(ClassicConfig::default());
+        let mut rtt = RttEstimator::with_max_ack_delay(40 * MS, Duration::ZERO);
+        // One round of ACKs at `base` + 0..`swing`, sent at `at`.
+        let round =
+            |cc: &mut Classic<NewReno>, rtt: &mut RttEstimator, at: Instant, swing: Duration| {
+                cc.on_sent(at, MSS, MSS);
+                for k in 0..5u32 {
+                    let sample = 40 * MS + swing * k / 4;
+                    rtt.update(Duration::ZERO, sample);
+                    cc.on_ack(at + sample, at, MSS, false, rtt);
+                }
+                cc.on_end_acks(at + 60 * MS, 0, false, Some(at));
+            };
+        // Slow start fills a queue: 40 → 70 ms within each round. Not jitter.
+        for r in 0..4u32 {
+            round(&mut cc, &mut rtt, t + r * 100 * MS, 30 * MS);
+        }
+        assert!(cc.in_slow_start());
+        assert_eq!(
+            cc.spreads.allowance(Duration::ZERO, 40 * MS),
+            Duration::ZERO
+        );
+        // Nor is the round in which a fast-start estimate ends slow start, though it ends in
+        // congestion avoidance.
+        let at = t + 400 * MS;
+        cc.on_sent(at, MSS, MSS);
+        for k in 0..5u32 {
+            rtt.update(Duration::ZERO, 40 * MS + 30 * MS * k / 4);
+            cc.on_ack(at + 50 * MS, at, MSS, false, &rtt);
+        }
+        cc.on_rate_estimate(at + 50 * MS, 10_000_000, &rtt);
+        assert!(!cc.in_slow_start());
+        cc.on_end_acks(at + 60 * MS, 0, false, Some(at));
+        assert_eq!(
+            cc.spreads.allowance(Duration::ZERO, 40 * MS),
+            Duration::ZERO
+        );
+        // Congestion avoidance with 8 ms of swing in every round: that is the allowance.
+        for r in 5..9u32 {
+            round(&mut cc, &mut rtt, t + r * 100 * MS, 8 * MS);
+        }
+        assert_eq!(cc.spreads.allowance(Duration::ZERO, 40 * MS), 8 * MS);
+        // Capped at half the minimum RTT; forgotten at persistent congestion.
+        assert_eq!(cc.spreads.allowance(Duration::ZERO, 10 * MS), 5 * MS);
+        cc.on_congestion_event(t + 1_000 * MS, t + 950 * MS, MSS, true, &rtt);
+        assert_eq!(
+            cc.spreads.allowance(Duration::ZERO, 40 * MS),
+            Duration::ZERO
+        );
     }
 
     #[test]

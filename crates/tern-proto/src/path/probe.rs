@@ -43,17 +43,18 @@
 //! - **Too little evidence.** Fewer than [`MIN_ARRIVALS`] distinct arrival times (so a train
 //!   handed in as one or two batches): no estimate (the report then says rate 0 and the
 //!   sender keeps slow start).
-//! - **Held and released together.** More than [`MAX_BATCH`] packets handled at one instant,
-//!   or fewer distinct arrival times than half the packets: no estimate either. A radio link that delivers in order (and tern-netem's `jitter`)
-//!   holds a packet for up to several milliseconds and releases the ones queued behind it
-//!   with it, so a train that lasts less than the jitter arrives as a few clumps whose
-//!   spacing is the jitter's, not the bottleneck's. On the `5g` profile (300 Mbit/s, 4 ms of
-//!   jitter each way) such trains read 0.1–0.25 of the link rate, and CUBIC, which ends slow
-//!   start at the estimate, then took most of a 10 s run to grow to the real window (68 % of
-//!   the link); in a model of in-order jitter (unit test below) every such train arrives in
-//!   clumps of four or more, or in fewer than half as many instants as packets. A receiver's
-//!   batch or a scheduling hiccup puts two or three together; a wrong refusal costs only the
-//!   fast start (slow start runs as without a train).
+//! - **Held and released together.** More than [`MAX_BATCH`] packets handled at one instant, or
+//!   fewer distinct arrival times than half the packets: no estimate either. A radio link that
+//!   delivers in order (and tern-netem's `jitter`) holds a packet for up to several
+//!   milliseconds and releases the ones queued behind it with it, so a train that lasts less
+//!   than the jitter arrives as a few clumps whose spacing is the jitter's, not the
+//!   bottleneck's. On the `5g` profile (300 Mbit/s, 4 ms of jitter each way) such trains read
+//!   0.1–0.25 of the link rate, and CUBIC, which ends slow start at the estimate, then took
+//!   most of a 10 s run to grow to the real window (68 % of the link); in a model of in-order
+//!   jitter (unit test below) every such train arrives in clumps of four or more, or in fewer
+//!   than half as many instants as packets. A receiver's batch or a scheduling hiccup puts two
+//!   or three together; a wrong refusal costs only the fast start (slow start runs as without a
+//!   train).
 //!
 //! Errors go in the safe direction: cross traffic interleaved with the train, or losses
 //! inside it, widen gaps and lower the estimate. What can make it too high is a bottleneck
