@@ -885,7 +885,7 @@ impl Bbr {
         }
         // The loss round ended: judge it.
         let signals = self.round_signals;
-        self.spreads.end_round(true);
+        self.spreads.end_round();
         let delivered = self.delivered.saturating_sub(self.loss_round_base);
         let ecn_too_high = ce_fraction(signals.ce_packets, delivered, self.mss) > ECN_THRESHOLD;
         let loss_rate = ratio(signals.lost, delivered.saturating_add(signals.lost));

@@ -168,11 +168,11 @@ impl RoundSpreads {
         self.tainted = true;
     }
 
-    /// The round ended: keeps its spread unless it was tainted (or `keep` is false).
-    pub(crate) fn end_round(&mut self, keep: bool) {
+    /// The round ended: keeps its spread unless it was tainted.
+    pub(crate) fn end_round(&mut self) {
         let round = self.round.take();
         let tainted = std::mem::replace(&mut self.tainted, false);
-        if let Some((lo, hi)) = round.filter(|_| keep && !tainted) {
+        if let Some((lo, hi)) = round.filter(|_| !tainted) {
             if self.spreads.len() == SPREAD_ROUNDS {
                 self.spreads.pop_front();
             }
@@ -710,7 +710,7 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
                 self.last_peak_in_flight = self.peak_in_flight;
                 self.peak_in_flight = bytes_in_flight;
                 self.round_start = None;
-                self.spreads.end_round(true);
+                self.spreads.end_round();
             }
         }
     }
@@ -842,6 +842,7 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
         );
         self.window = target;
         self.ssthresh = target;
+        // A jump (possibly in congestion avoidance, after an idle spell) moves the delay.
         self.spreads.taint();
         self.last_smoothed_rtt = Some(rtt.smoothed());
         // Growth in congestion avoidance starts from here, not from an earlier epoch.
