@@ -82,7 +82,7 @@ pub async fn serve_stream<W, R>(
     mut w: W,
     mut r: R,
     stats: impl FnOnce() -> Value,
-    hint: impl Fn() -> Option<u64> + Send + 'static,
+    hint: impl Fn() -> Option<video::RateHint> + Send + 'static,
 ) -> io::Result<()>
 where
     W: ChunkWrite,
@@ -128,7 +128,7 @@ async fn send_video<W: AsyncWrite + Unpin>(
     frames: u32,
     fps: u32,
     playout_ms: u32,
-    hint: impl Fn() -> Option<u64> + Send + 'static,
+    hint: impl Fn() -> Option<video::RateHint> + Send + 'static,
 ) -> io::Result<()> {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let pending = Arc::new(AtomicU64::new(0));

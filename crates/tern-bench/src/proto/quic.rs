@@ -14,6 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{json, Value};
 
 use super::mux::{serve_stream, ChunkWrite, Mux};
+use super::video::RateHint;
 
 const SERVER_NAME: &str = "tern-bench.invalid";
 
@@ -90,7 +91,7 @@ pub async fn serve(ep: quinn::Endpoint) {
                         w,
                         r,
                         move || QuicClient::stats(&c),
-                        move || quic_rate_hint(&h),
+                        move || quic_rate_hint(&h).map(RateHint::estimated),
                     )
                     .await;
                 });

@@ -176,7 +176,10 @@ fn send_video(c: &dyn Conn, frames: u32, fps: u32, playout_ms: u32) -> io::Resul
             let start = Instant::now();
             for i in 0..frames {
                 sleep_until(start + iv * i);
-                let size = enc.next_size(c.rate_hint(), pending.load(Relaxed) > 0);
+                let size = enc.next_size(
+                    c.rate_hint().map(video::RateHint::estimated),
+                    pending.load(Relaxed) > 0,
+                );
                 let f = video::frame(i, size, video::monotonic_ns());
                 pending.fetch_add(f.len() as u64, Relaxed);
                 if tx.send(f).is_err() {

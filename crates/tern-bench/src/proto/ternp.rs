@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use tern::MessageOptions;
 
 use super::mux::{serve_stream, ChunkWrite, Mux};
+use super::video::RateHint;
 use crate::spec::payload;
 
 /// The rate an encoder on this connection should produce, bytes per second (`None`: no
@@ -29,6 +30,15 @@ use crate::spec::payload;
 /// `fairness` video workload ask tern for their rate.
 pub fn tern_rate_hint(conn: &tern::Connection) -> Option<u64> {
     conn.target_rate().map(|t| t.bytes_per_second)
+}
+
+/// [`tern_rate_hint`] for the `fairness` video encoder, marked as given by the network when
+/// routers set it (`RateSource::Router`): the encoder then does not probe above it.
+pub fn tern_video_hint(conn: &tern::Connection) -> Option<RateHint> {
+    conn.target_rate().map(|t| RateHint {
+        bytes_per_second: t.bytes_per_second,
+        given: t.source == tern::RateSource::Router,
+    })
 }
 
 /// How the client carries requests.
@@ -340,7 +350,7 @@ pub async fn serve(ep: tern::Endpoint) {
                         s["paths"] = paths_json(&conn.paths());
                         s
                     };
-                    let _ = serve_stream(w, r, stats, move || tern_rate_hint(&h)).await;
+                    let _ = serve_stream(w, r, stats, move || tern_video_hint(&h)).await;
                 });
             }
         });

@@ -46,12 +46,36 @@ const BACKOFF: f64 = 0.9;
 /// Bounds of the gain.
 const GAIN_MIN: f64 = 0.5;
 const GAIN_MAX: f64 = 2.0;
+/// The gain's bound under a rate the network gave ([`RateHint::given`]).
+const GIVEN_GAIN_MAX: f64 = 1.0;
+
+/// A transport's rate for the encoder ([`Encoder::next_size`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateHint {
+    /// Bytes per second the encoder should produce.
+    pub bytes_per_second: u64,
+    /// The network gave this rate (tern's target rate from a router's explicit rate,
+    /// `RateSource::Router`), rather than the transport estimating it from its own window.
+    pub given: bool,
+}
+
+impl RateHint {
+    /// A rate the transport estimated (its window or pacing rate).
+    pub fn estimated(bytes_per_second: u64) -> Self {
+        Self {
+            bytes_per_second,
+            given: false,
+        }
+    }
+}
 
 /// The encoder's rate rule, the same for every protocol: a frame is `gain × hint / fps`
 /// bytes (within [`MIN_FRAME`], [`MAX_FRAME`]), `hint` the transport's rate (tern:
 /// `target_rate()`; TCP: `TCP_INFO`'s pacing rate × min RTT / RTT). The gain starts at 1 and
 /// rises 5 % per second while every earlier frame has been taken by the transport when the
 /// next is due, and is cut by 10 % for each frame that finds earlier ones still waiting.
+/// A rate the network gave ([`RateHint::given`]: NC-TCP's encoder, told its rate by the
+/// routers) is not probed above: the gain grows back only up to 1.
 ///
 /// Why not the hint alone: an end-host controller grows its window only while the sender is
 /// window-limited, so an encoder that produces exactly its hint stays app-limited and the
@@ -77,16 +101,24 @@ impl Encoder {
     /// The size of the next frame, header included, given the transport's rate (bytes per
     /// second; `None`: not known yet) and whether earlier frames still wait for the
     /// transport to take them.
-    pub fn next_size(&mut self, hint: Option<u64>, queued: bool) -> u32 {
+    pub fn next_size(&mut self, hint: Option<RateHint>, queued: bool) -> u32 {
+        // Probing finds out whether an estimate may grow; a rate the network gave is the
+        // share there is, and more than it only waits in the transport.
+        let most = if hint.is_some_and(|h| h.given) {
+            GIVEN_GAIN_MAX
+        } else {
+            GAIN_MAX
+        };
         if queued {
             self.gain = (self.gain * BACKOFF).max(GAIN_MIN);
         } else {
-            self.gain = (self.gain * PROBE_PER_S.powf(1.0 / self.fps)).min(GAIN_MAX);
+            self.gain *= PROBE_PER_S.powf(1.0 / self.fps);
         }
+        self.gain = self.gain.min(most);
         let Some(hint) = hint else {
             return MIN_FRAME;
         };
-        let size = self.gain * hint as f64 / self.fps;
+        let size = self.gain * hint.bytes_per_second as f64 / self.fps;
         size.clamp(f64::from(MIN_FRAME), f64::from(MAX_FRAME)) as u32
     }
 
@@ -322,26 +354,57 @@ mod tests {
 
     #[test]
     fn the_encoder_probes_while_nothing_waits_and_backs_off_when_frames_queue() {
+        let est = |r| Some(RateHint::estimated(r));
         let mut e = Encoder::new(30);
         assert_eq!(e.next_size(None, false), MIN_FRAME, "no rate yet");
         // 30 kB/s: 1 kB a frame at gain ~1.
-        let first = e.next_size(Some(30_000), false);
+        let first = e.next_size(est(30_000), false);
         assert!((1_000..1_010).contains(&first), "{first}");
         // A second with nothing waiting: +5 %.
         for _ in 0..28 {
-            e.next_size(Some(30_000), false);
+            e.next_size(est(30_000), false);
         }
         assert!((e.gain() - 1.05).abs() < 1e-3, "{}", e.gain());
         // Frames waiting: 10 % less each, down to half.
-        let before = e.next_size(Some(30_000), true);
+        let before = e.next_size(est(30_000), true);
         assert!(before < 1_000, "{before}");
         for _ in 0..50 {
-            e.next_size(Some(30_000), true);
+            e.next_size(est(30_000), true);
         }
         assert_eq!(e.gain(), GAIN_MIN);
         // Never below the lowest quality, never above the bound.
-        assert_eq!(e.next_size(Some(1), true), MIN_FRAME);
-        assert_eq!(e.next_size(Some(u64::MAX), false), MAX_FRAME);
+        assert_eq!(e.next_size(est(1), true), MIN_FRAME);
+        assert_eq!(e.next_size(est(u64::MAX), false), MAX_FRAME);
+    }
+
+    #[test]
+    fn a_rate_the_network_gives_is_not_probed_above() {
+        let given = Some(RateHint {
+            bytes_per_second: 30_000,
+            given: true,
+        });
+        let mut e = Encoder::new(30);
+        // A minute with nothing waiting: the frames stay at the given rate.
+        for _ in 0..30 * 60 {
+            assert!(e.next_size(given, false) <= 1_000);
+        }
+        assert_eq!(e.gain(), 1.0);
+        // A gain probed up under an estimate comes down to 1 once a router gives the rate.
+        let mut e = Encoder::new(30);
+        for _ in 0..30 * 10 {
+            e.next_size(Some(RateHint::estimated(30_000)), false);
+        }
+        assert!(e.gain() > 1.5, "{}", e.gain());
+        assert_eq!(e.next_size(given, false), 1_000);
+        // Frames that queue still cut it, and it grows back to 1, not beyond.
+        for _ in 0..5 {
+            e.next_size(given, true);
+        }
+        assert!(e.gain() < 0.6, "{}", e.gain());
+        for _ in 0..30 * 20 {
+            e.next_size(given, false);
+        }
+        assert_eq!(e.gain(), 1.0);
     }
 
     #[test]
