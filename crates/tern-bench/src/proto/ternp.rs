@@ -24,16 +24,17 @@ use super::video::RateHint;
 use crate::spec::payload;
 
 /// The rate an encoder on this connection should produce, bytes per second (`None`: no
-/// estimate yet): tern's F13 target rate, `Connection::target_rate()` — the routers' rate
-/// where they stamp one (explicit controller), else the controller's estimate, scaled by
-/// min RTT / RTT and less packet overheads. The one place the `mar` adaptive mode and the
-/// `fairness` video workload ask tern for their rate.
+/// estimate yet): [`tern_video_hint`] without its source, for the `mar` adaptive mode.
 pub fn tern_rate_hint(conn: &tern::Connection) -> Option<u64> {
-    conn.target_rate().map(|t| t.bytes_per_second)
+    tern_video_hint(conn).map(|h| h.bytes_per_second)
 }
 
-/// [`tern_rate_hint`] for the `fairness` video encoder, marked as given by the network when
-/// routers set it (`RateSource::Router`): the encoder then does not probe above it.
+/// tern's F13 target rate, `Connection::target_rate()`: the routers' rate where they stamp
+/// one (explicit controller), else the controller's estimate, scaled by min RTT / RTT and
+/// less packet overheads. Marked as given by the network when routers set it on every path
+/// (`RateSource::Router`), so that the `fairness` video encoder does not probe above it. The
+/// one place tern-bench asks tern for a rate (`fairness` video, and `mar` adaptive through
+/// [`tern_rate_hint`]).
 pub fn tern_video_hint(conn: &tern::Connection) -> Option<RateHint> {
     conn.target_rate().map(|t| RateHint {
         bytes_per_second: t.bytes_per_second,

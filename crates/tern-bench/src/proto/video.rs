@@ -54,8 +54,9 @@ const GIVEN_GAIN_MAX: f64 = 1.0;
 pub struct RateHint {
     /// Bytes per second the encoder should produce.
     pub bytes_per_second: u64,
-    /// The network gave this rate (tern's target rate from a router's explicit rate,
-    /// `RateSource::Router`), rather than the transport estimating it from its own window.
+    /// The network set this rate: tern's target rate when a router's explicit rate sets it
+    /// on every path (`RateSource::Router`; the stamped rate × min RTT / RTT, less
+    /// overheads), rather than the transport estimating it from its own window or pacing.
     pub given: bool,
 }
 
@@ -396,6 +397,12 @@ mod tests {
         }
         assert!(e.gain() > 1.5, "{}", e.gain());
         assert_eq!(e.next_size(given, false), 1_000);
+        // The same with a frame waiting: the cut and the cap both apply.
+        let mut q = Encoder::new(30);
+        for _ in 0..30 * 10 {
+            q.next_size(Some(RateHint::estimated(30_000)), false);
+        }
+        assert!(q.next_size(given, true) <= 1_000);
         // Frames that queue still cut it, and it grows back to 1, not beyond.
         for _ in 0..5 {
             e.next_size(given, true);
@@ -405,6 +412,11 @@ mod tests {
             e.next_size(given, false);
         }
         assert_eq!(e.gain(), 1.0);
+        // Back to an estimate (the sender's own bound below the router's rate): probed again.
+        for _ in 0..30 * 2 {
+            e.next_size(Some(RateHint::estimated(30_000)), false);
+        }
+        assert!(e.gain() > 1.05, "{}", e.gain());
     }
 
     #[test]
