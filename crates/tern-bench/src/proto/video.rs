@@ -391,18 +391,18 @@ mod tests {
         }
         assert_eq!(e.gain(), 1.0);
         // A gain probed up under an estimate comes down to 1 once a router gives the rate.
-        let mut e = Encoder::new(30);
-        for _ in 0..30 * 10 {
-            e.next_size(Some(RateHint::estimated(30_000)), false);
-        }
+        let probed_up = || {
+            let mut e = Encoder::new(30);
+            for _ in 0..30 * 10 {
+                e.next_size(Some(RateHint::estimated(30_000)), false);
+            }
+            e
+        };
+        let mut e = probed_up();
         assert!(e.gain() > 1.5, "{}", e.gain());
         assert_eq!(e.next_size(given, false), 1_000);
         // The same with a frame waiting: the cut and the cap both apply.
-        let mut q = Encoder::new(30);
-        for _ in 0..30 * 10 {
-            q.next_size(Some(RateHint::estimated(30_000)), false);
-        }
-        assert!(q.next_size(given, true) <= 1_000);
+        assert!(probed_up().next_size(given, true) <= 1_000);
         // Frames that queue still cut it, and it grows back to 1, not beyond.
         for _ in 0..5 {
             e.next_size(given, true);
