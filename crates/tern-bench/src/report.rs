@@ -183,6 +183,8 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("queue_delay_mean_ms", "qdelay mean ms", 1.0, 1),
             ("queue_delay_p95_ms", "qdelay p95 ms", 1.0, 1),
             ("queue_wait_mean_ms", "wait mean ms", 1.0, 2),
+            ("queue_wait_steady_mean_ms", "steady wait ms", 1.0, 2),
+            ("queue_wait_steady_p95_ms", "steady wait p95", 1.0, 1),
             ("qdelay_b1_p95_ms", "b1 p95 ms", 1.0, 1),
             ("qdelay_b2_p95_ms", "b2 p95 ms", 1.0, 1),
             ("frames_sent", "frames", 1.0, 0),

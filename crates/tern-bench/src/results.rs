@@ -317,6 +317,13 @@ pub struct LinkWindow {
     pub to_s: f64,
     /// Bytes delivered between the two.
     pub delivered_bytes: u64,
+    /// Mean time the packets that entered the queue in the window waited before their first
+    /// byte left (as [`LinkStat::queue_wait_mean_ms`], over the window only: no start-up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_wait_mean_ms: Option<f64>,
+    /// 95th percentile of the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_wait_p95_ms: Option<f64>,
 }
 
 /// Emulator counters of one direction of one link over one case.

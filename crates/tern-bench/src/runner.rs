@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use tern_netem::{Direction, EmulationConfig, Topology, TopologySpec};
+use tern_netem::{DelayHistogram, Direction, EmulationConfig, Topology, TopologySpec};
 
 use crate::profile::NetKind;
 use crate::results::{Case, CpuUse, EventRecord, FairFlowRun, LinkStat, LinkWindow};
@@ -599,19 +599,23 @@ impl Net {
             if to_s > from_s {
                 let at = |s: f64| t0 + Duration::from_secs_f64(s);
                 std::thread::sleep(at(from_s).saturating_duration_since(Instant::now()));
-                let before = self.delivered_bytes();
+                let before = self.link_counters();
                 std::thread::sleep(at(to_s).saturating_duration_since(Instant::now()));
-                let after = self.delivered_bytes();
+                let after = self.link_counters();
                 case.link_windows = after
                     .into_iter()
-                    .filter_map(|(link, dir, bytes)| {
-                        let (_, _, was) = before.iter().find(|b| b.0 == link && b.1 == dir)?;
+                    .filter_map(|(link, dir, bytes, waits)| {
+                        let (_, _, was, waited) =
+                            before.iter().find(|b| b.0 == link && b.1 == dir)?;
+                        let waits = waits.since(waited);
                         Some(LinkWindow {
                             link,
                             dir,
                             from_s,
                             to_s,
                             delivered_bytes: bytes.saturating_sub(*was),
+                            queue_wait_mean_ms: waits.mean().map(ms),
+                            queue_wait_p95_ms: waits.quantile(0.95).map(ms),
                         })
                     })
                     .collect();
@@ -856,7 +860,9 @@ impl Net {
 
     /// Bytes each direction of each emulated link delivered so far: (link, `up`/`down`,
     /// bytes).
-    fn delivered_bytes(&self) -> Vec<(String, String, u64)> {
+    /// Every emulated link direction's delivered bytes and queue-wait histogram so far, to
+    /// take a window of a case as the difference of two readings.
+    fn link_counters(&self) -> Vec<(String, String, u64, DelayHistogram)> {
         let Some(emu) = self.topo.as_ref().and_then(|t| t.emulator()) else {
             return Vec::new();
         };
@@ -865,7 +871,7 @@ impl Net {
             .filter_map(|(link, dir)| {
                 let s = emu.stats(&link, dir).ok()?;
                 let dir = if dir == Direction::Up { "up" } else { "down" };
-                Some((link, dir.to_string(), s.delivered_bytes))
+                Some((link, dir.to_string(), s.delivered_bytes, s.queue_wait))
             })
             .collect()
     }

@@ -1436,6 +1436,9 @@ pub fn jain_over_time(case: &Case) -> Vec<(f64, f64)> {
 /// - `qwait_<link>_mean_ms`, `queue_wait_mean_ms`, `queue_wait_p95_ms`: the same without the
 ///   packet's own transmission (the wait before its first byte left: what DESIGN.md's 2 ms
 ///   is about, and what the simulator measures);
+/// - `qwait_<link>_steady_mean_ms`, `queue_wait_steady_mean_ms`, `queue_wait_steady_p95_ms`:
+///   the wait of the packets that entered the queue in the steady part (the window the
+///   link's utilisation and Jain's index are taken over: no start-up, no joins);
 /// - `flows_failed`: flows that gave no report or an error.
 fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
@@ -1498,6 +1501,7 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
     links.dedup();
     let (mut utils, mut means, mut p95s) = (Vec::new(), Vec::new(), Vec::new());
     let (mut wait_means, mut wait_p95s, mut link_utils) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut steady_wait_means, mut steady_wait_p95s) = (Vec::new(), Vec::new());
     for link in links {
         let through: f64 = flows
             .iter()
@@ -1521,6 +1525,11 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
                 100.0 * w.delivered_bytes as f64 * 8.0 / (capacity * 1e6 * (w.to_s - w.from_s));
             m.insert(format!("link_util_{link}_pct"), wire);
             link_utils.push(wire);
+            if let (Some(mean), Some(p95)) = (w.queue_wait_mean_ms, w.queue_wait_p95_ms) {
+                m.insert(format!("qwait_{link}_steady_mean_ms"), mean);
+                steady_wait_means.push(mean);
+                steady_wait_p95s.push(p95);
+            }
         }
         if let Some(l) = case.links.iter().find(|l| &l.link == link && l.dir == dir) {
             if let (Some(mean), Some(p95)) = (l.queue_delay_mean_ms, l.queue_delay_p95_ms) {
@@ -1547,6 +1556,10 @@ fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
     if !wait_means.is_empty() {
         m.insert("queue_wait_mean_ms".into(), max(&wait_means));
         m.insert("queue_wait_p95_ms".into(), max(&wait_p95s));
+    }
+    if !steady_wait_means.is_empty() {
+        m.insert("queue_wait_steady_mean_ms".into(), max(&steady_wait_means));
+        m.insert("queue_wait_steady_p95_ms".into(), max(&steady_wait_p95s));
     }
     m
 }
@@ -2550,6 +2563,8 @@ mod tests {
                     from_s: 2.0,
                     to_s: 10.0,
                     delivered_bytes: 1_900_000,
+                    queue_wait_mean_ms: Some(1.5),
+                    queue_wait_p95_ms: Some(4.0),
                 },
                 crate::results::LinkWindow {
                     link: "r".into(),
@@ -2557,6 +2572,8 @@ mod tests {
                     from_s: 2.0,
                     to_s: 10.0,
                     delivered_bytes: 1,
+                    queue_wait_mean_ms: Some(7.0),
+                    queue_wait_p95_ms: Some(8.0),
                 },
             ],
             ..Case::default()
@@ -2582,6 +2599,12 @@ mod tests {
         assert_eq!(m["qwait_r_mean_ms"], 3.0, "the data's direction");
         assert_eq!(m["queue_wait_mean_ms"], 3.0);
         assert_eq!(m["queue_wait_p95_ms"], 9.0);
+        assert_eq!(
+            m["qwait_r_steady_mean_ms"], 1.5,
+            "the data's direction, steady part"
+        );
+        assert_eq!(m["queue_wait_steady_mean_ms"], 1.5);
+        assert_eq!(m["queue_wait_steady_p95_ms"], 4.0);
         assert_eq!(m["flows_failed"], 0.0);
         assert!(!rows[0].params.contains_key("warmup_s"));
         // Staggered: flows join at 2 s and 4 s; one alone gives no index; the steady part

@@ -147,6 +147,24 @@ impl DelayHistogram {
         self.count
     }
 
+    /// The packets counted since `earlier`, a copy of this histogram taken before: what a
+    /// window of a run saw (tern-bench's steady part of a `fairness` case). Counts only grow,
+    /// so the difference is exact; an `earlier` that is not a past copy saturates at zero.
+    pub fn since(&self, earlier: &DelayHistogram) -> DelayHistogram {
+        let mut counts = [0; BINS];
+        for (c, (now, was)) in counts
+            .iter_mut()
+            .zip(self.counts.iter().zip(&earlier.counts))
+        {
+            *c = now.saturating_sub(*was);
+        }
+        DelayHistogram {
+            counts,
+            count: self.count.saturating_sub(earlier.count),
+            sum_ns: self.sum_ns.saturating_sub(earlier.sum_ns),
+        }
+    }
+
     /// The mean delay (exact), `None` before the first packet.
     pub fn mean(&self) -> Option<Duration> {
         let n = u128::from(self.count);
@@ -604,6 +622,22 @@ mod tests {
         assert_eq!(h.quantile(0.5), Some(Duration::from_micros(1)));
         // Beyond the last bin: counted there (about 16.8 s), not lost.
         assert!(h.quantile(1.0).unwrap() > Duration::from_secs(15));
+    }
+
+    #[test]
+    fn a_window_of_the_histogram_holds_only_its_own_packets() {
+        let mut h = DelayHistogram::default();
+        h.record(ms(40));
+        h.record(ms(40));
+        let before = h;
+        h.record(ms(1));
+        h.record(ms(3));
+        let w = h.since(&before);
+        assert_eq!(w.count(), 2);
+        assert_eq!(w.mean(), Some(ms(2)));
+        assert!(w.quantile(1.0).unwrap() < ms(4));
+        assert_eq!(before.since(&h).count(), 0);
+        assert_eq!(h.since(&DelayHistogram::default()), h);
     }
 
     #[test]
