@@ -104,8 +104,9 @@ pub struct Case {
     /// Per emulated link and direction: what the emulator saw.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkStat>,
-    /// Per emulated link and direction: the bytes it delivered over the case's steady part
-    /// (`fairness`), for its utilisation on the wire.
+    /// Per emulated link and direction: the bytes it delivered and its packets' queue wait
+    /// over the case's steady part (`fairness`), for its utilisation on the wire and the
+    /// steady wait.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub link_windows: Vec<LinkWindow>,
     /// Wall time of the agent run.
@@ -303,8 +304,9 @@ pub struct CpuUse {
     pub server_s: Option<f64>,
 }
 
-/// The bytes one direction of an emulated link delivered over a window of a case, read from
-/// tern-netem's counter at the window's two ends (IP bytes: the unit of the link's rate).
+/// The bytes one direction of an emulated link delivered over a window of a case, and the
+/// queue wait of the packets that entered its queue then, read from tern-netem's counters at
+/// the window's two ends (IP bytes: the unit of the link's rate).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LinkWindow {
     /// Link (router) name.

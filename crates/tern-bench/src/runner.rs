@@ -583,9 +583,10 @@ impl Net {
                     self.start_client_on(&f.client, &spec, &format!("{tag}-flow{i}"))?;
                 clients.push((i, start_ms, agent, rx));
             }
-            // The links' bytes over the steady part (from the last start plus the warm-up to
-            // the first end, whole seconds, as `scenario::fairness_metrics` takes it), read
-            // at its two ends while the flows run.
+            // The links' bytes and queue waits over the steady part (from the last scheduled
+            // start plus the warm-up to the first end, whole seconds; Jain's index in
+            // `scenario::fairness_metrics` starts from the actual starts, up to a second
+            // later), read at its two ends while the flows run.
             let warm = def
                 .params
                 .get("warmup_s")
@@ -858,8 +859,6 @@ impl Net {
         Ok(Agent { child, log })
     }
 
-    /// Bytes each direction of each emulated link delivered so far: (link, `up`/`down`,
-    /// bytes).
     /// Every emulated link direction's delivered bytes and queue-wait histogram so far, to
     /// take a window of a case as the difference of two readings.
     fn link_counters(&self) -> Vec<(String, String, u64, DelayHistogram)> {

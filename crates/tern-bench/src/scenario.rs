@@ -1437,8 +1437,9 @@ pub fn jain_over_time(case: &Case) -> Vec<(f64, f64)> {
 ///   packet's own transmission (the wait before its first byte left: what DESIGN.md's 2 ms
 ///   is about, and what the simulator measures);
 /// - `qwait_<link>_steady_mean_ms`, `queue_wait_steady_mean_ms`, `queue_wait_steady_p95_ms`:
-///   the wait of the packets that entered the queue in the steady part (the window the
-///   link's utilisation and Jain's index are taken over: no start-up, no joins);
+///   the wait of the packets that entered the queue on the data's way in the steady part
+///   (the window of `link_util_<link>_pct`: no start-up, no joins), the largest over
+///   bottlenecks;
 /// - `flows_failed`: flows that gave no report or an error.
 fn fairness_metrics(case: &Case) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
@@ -2522,6 +2523,31 @@ mod tests {
             }),
             error: None,
         }
+    }
+
+    #[test]
+    fn a_fairness_file_from_before_the_steady_wait_still_reads() {
+        let w: crate::results::LinkWindow = serde_json::from_str(
+            r#"{"link":"r","dir":"down","from_s":2.0,"to_s":10.0,"delivered_bytes":1900000}"#,
+        )
+        .unwrap();
+        assert_eq!((w.queue_wait_mean_ms, w.queue_wait_p95_ms), (None, None));
+        let case = Case {
+            protocol: "tcp".into(),
+            params: params(&[
+                ("case", json!("together")),
+                ("capacity_mbps", json!(2.0)),
+                ("warmup_s", json!(2)),
+            ]),
+            fair_flows: vec![fair_flow(0, 0.0, 10_000, 10_000, &["r"])],
+            link_windows: vec![w],
+            ..Case::default()
+        };
+        let rows = summarize(&run_file("fairness", "ncvdn", vec![case]));
+        let m = &rows[0].metrics;
+        assert!((m["link_util_r_pct"] - 95.0).abs() < 1e-9);
+        assert!(!m.contains_key("queue_wait_steady_mean_ms"));
+        assert!(!m.contains_key("qwait_r_steady_mean_ms"));
     }
 
     #[test]

@@ -636,7 +636,9 @@ mod tests {
         assert_eq!(w.count(), 2);
         assert_eq!(w.mean(), Some(ms(2)));
         assert!(w.quantile(1.0).unwrap() < ms(4));
-        assert_eq!(before.since(&h).count(), 0);
+        let none = before.since(&h);
+        assert_eq!(none.count(), 0);
+        assert_eq!((none.mean(), none.quantile(0.95)), (None, None));
         assert_eq!(h.since(&DelayHistogram::default()), h);
     }
 

@@ -92,4 +92,37 @@ mod tests {
         );
         assert_eq!(key.open(0, 1, b"h", &mut p), Some(3));
     }
+
+    /// The cipher moved from ring to aws-lc-rs; the wire must not move with it. ring (still a
+    /// dependency) seals, aws-lc-rs opens, and the other way round.
+    #[test]
+    fn aws_lc_rs_and_ring_agree_on_every_byte() {
+        use ring::aead as r;
+        let secret = [9u8; 32];
+        let ours = PacketKey::new(&secret);
+        let theirs = r::LessSafeKey::new(r::UnboundKey::new(&r::AES_256_GCM, &secret).unwrap());
+        let nonce = |path: u32, pn: u64| {
+            let mut n = [0u8; 12];
+            n[..4].copy_from_slice(&path.to_be_bytes());
+            n[4..].copy_from_slice(&pn.to_be_bytes());
+            r::Nonce::assume_unique_for_key(n)
+        };
+        for len in [0usize, 1, 15, 16, 17, 1200, 1452, 8972] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let header = b"short header";
+            let mut by_ring = plain.clone();
+            theirs
+                .seal_in_place_append_tag(nonce(3, 77), r::Aad::from(header), &mut by_ring)
+                .unwrap();
+            let mut by_us = plain.clone();
+            ours.seal(3, 77, header, &mut by_us);
+            assert_eq!(by_us, by_ring, "{len} bytes");
+            assert_eq!(ours.open(3, 77, header, &mut by_ring), Some(len));
+            assert_eq!(&by_ring[..len], &plain[..]);
+            let opened = theirs
+                .open_in_place(nonce(3, 77), r::Aad::from(header), &mut by_us)
+                .unwrap();
+            assert_eq!(opened, &plain[..]);
+        }
+    }
 }
