@@ -837,9 +837,9 @@ impl Bbr {
     /// Whether even the lowest RTT of a round stayed a standing-queue delay above `min_rtt`:
     /// the threshold of [`Classic`](super::Classic)'s random-loss tolerance (an eighth of the
     /// minimum RTT, at least 2 ms) plus its jitter allowance: the larger of twice the RTT
-    /// variation and the widest RTT spread (highest less lowest sample, ACK delay removed) of
-    /// the last 10 rounds spent cruising or refilling, the spread counting for at most half
-    /// the minimum RTT.
+    /// variation and the RTT spread (highest less lowest sample, ACK delay removed) over the
+    /// last 10 rounds spent cruising or refilling taken together, the spread counting for at
+    /// most half the minimum RTT.
     ///
     /// Why the spread: a radio link that delivers in order holds each packet (and each ACK)
     /// up behind the one before, so the delay swings smoothly, `rttvar` stays small, and a
