@@ -2525,6 +2525,16 @@ mod tests {
         }
     }
 
+    /// A `fairness` case's parameters: flows started together on a 2 Mbit/s bottleneck, 2 s
+    /// of warm-up.
+    fn together_on_2_mbit() -> BTreeMap<String, Value> {
+        params(&[
+            ("case", json!("together")),
+            ("capacity_mbps", json!(2.0)),
+            ("warmup_s", json!(2)),
+        ])
+    }
+
     #[test]
     fn a_fairness_file_from_before_the_steady_wait_still_reads() {
         let w: crate::results::LinkWindow = serde_json::from_str(
@@ -2534,11 +2544,7 @@ mod tests {
         assert_eq!((w.queue_wait_mean_ms, w.queue_wait_p95_ms), (None, None));
         let case = Case {
             protocol: "tcp".into(),
-            params: params(&[
-                ("case", json!("together")),
-                ("capacity_mbps", json!(2.0)),
-                ("warmup_s", json!(2)),
-            ]),
+            params: together_on_2_mbit(),
             fair_flows: vec![fair_flow(0, 0.0, 10_000, 10_000, &["r"])],
             link_windows: vec![w],
             ..Case::default()
@@ -2570,11 +2576,7 @@ mod tests {
         // link... over capacity on purpose: the figures are what was delivered.
         let case = Case {
             protocol: "tcp".into(),
-            params: params(&[
-                ("case", json!("together")),
-                ("capacity_mbps", json!(2.0)),
-                ("warmup_s", json!(2)),
-            ]),
+            params: together_on_2_mbit(),
             fair_flows: vec![
                 fair_flow(0, 0.0, 10_000, 10_000, &["r"]),
                 fair_flow(1, 0.0, 10_000, 10_000, &["r"]),
