@@ -26,10 +26,9 @@
 //!    allowance` is at least `max(min_rtt / 8, 2 ms)`, where the jitter allowance is the larger
 //!    of `2 × rttvar` and the RTT spread (highest less lowest sample) over the last
 //!    [`SPREAD_ROUNDS`] rounds spent wholly in congestion avoidance (the spread counting for at
-//!    most `min_rtt / 2`). If the
-//!    bottleneck queue holds more than an eighth of the base RTT, backing off mostly drains
-//!    that queue and costs little utilisation, and the queue is the evidence that we (or a
-//!    competitor) overfilled the link;
+//!    most `min_rtt / 2`). If the bottleneck queue holds more than an eighth of the base RTT,
+//!    backing off mostly drains that queue and costs little utilisation, and the queue is the
+//!    evidence that we (or a competitor) overfilled the link;
 //! 2. **losses are frequent**: the recent loss ratio (an EWMA over datagrams of lost / (acked +
 //!    lost), see [`LOSS_RATIO_GAIN`]) exceeds [`ClassicConfig::loss_ratio_threshold`] (10 % by
 //!    default). Random loss on a usable radio link is rarer than that (messages with deadlines
@@ -69,9 +68,9 @@
 //! until 2026-11-28: on tern-netem's `5g` profile the delay's level wanders over several
 //! round trips (samples of 13–27 ms within 300 ms), so one round's spread missed part of the
 //! swing, and CUBIC cut its window about once per 3 s at 1 % random loss and stayed near
-//! 0.8 × the link (docs/BENCHMARKS.md). Rounds with slow start, a window reduction or a fast-start
-//! jump in them are left out (the queue grows or drains by itself then), spreads are forgotten
-//! at persistent congestion, and the spread counts for at most half the minimum RTT, so a queue
+//! 0.8 × the link (docs/BENCHMARKS.md). Rounds with slow start, a window reduction or a
+//! fast-start jump in them are left out (the queue grows or drains by itself then), rounds are
+//! forgotten at persistent congestion, and the spread counts for at most half the minimum RTT, so a queue
 //! of `min_rtt / 2 + max(min_rtt / 8, 2 ms)` is always a congestion signal. A drop-tail queue
 //! filled in congestion avoidance grows by a datagram or so per round, which hardly widens a
 //! round's spread. In the same
@@ -153,7 +152,7 @@ pub(crate) struct RoundSpreads {
     /// new RTT sample does not count the previous one again.
     samples_seen: u64,
     /// Lowest and highest samples of the last [`SPREAD_ROUNDS`] kept rounds, newest last.
-    spreads: VecDeque<(Duration, Duration)>,
+    kept: VecDeque<(Duration, Duration)>,
 }
 
 impl RoundSpreads {
@@ -180,26 +179,29 @@ impl RoundSpreads {
         let round = self.round.take();
         let tainted = std::mem::replace(&mut self.tainted, false);
         if let Some((lo, hi)) = round.filter(|_| !tainted) {
-            if self.spreads.len() == SPREAD_ROUNDS {
-                self.spreads.pop_front();
+            if self.kept.len() == SPREAD_ROUNDS {
+                self.kept.pop_front();
             }
-            self.spreads.push_back((lo, hi));
+            self.kept.push_back((lo, hi));
         }
     }
 
-    /// Forgets every spread (persistent congestion: the path may have changed).
+    /// Forgets every kept round (persistent congestion: the path may have changed).
     pub(crate) fn clear(&mut self) {
         self.round = None;
-        self.spreads.clear();
+        self.kept.clear();
     }
 
     /// The jitter allowance: the larger of [`JITTER_ALLOWANCE`] × `rtt_var` and the spread of
     /// the kept rounds together (their highest sample less their lowest), the spread counting
     /// for at most `min_rtt / 2`.
     pub(crate) fn allowance(&self, rtt_var: Duration, min_rtt: Duration) -> Duration {
-        let lo = self.spreads.iter().map(|s| s.0).min().unwrap_or_default();
-        let hi = self.spreads.iter().map(|s| s.1).max().unwrap_or_default();
-        let spread = hi.saturating_sub(lo);
+        let spread = self
+            .kept
+            .iter()
+            .copied()
+            .reduce(|(lo, hi), (l, h)| (lo.min(l), hi.max(h)))
+            .map_or(Duration::ZERO, |(lo, hi)| hi.saturating_sub(lo));
         rtt_var
             .saturating_mul(JITTER_ALLOWANCE)
             .max(spread.min(min_rtt / 2))
