@@ -61,9 +61,14 @@ fn stream_transport(spec: &AgentSpec) -> anyhow::Result<Box<dyn stream::Transpor
     })
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+/// Worker threads of an async agent's runtime when its case does not say
+/// ([`AgentSpec::workers`]): both of this machine's cores.
+const DEFAULT_WORKERS: u32 = 2;
+
+fn runtime(spec: &AgentSpec) -> anyhow::Result<tokio::runtime::Runtime> {
+    let workers = spec.workers.unwrap_or(DEFAULT_WORKERS).max(1);
     Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers as usize)
         .enable_all()
         .build()?)
 }
@@ -85,7 +90,7 @@ pub fn run(spec: &AgentSpec) -> anyhow::Result<()> {
 fn server(spec: &AgentSpec) -> anyhow::Result<()> {
     match spec.proto {
         Proto::Quic => {
-            let rt = runtime()?;
+            let rt = runtime(spec)?;
             rt.block_on(async {
                 let (ep, cert) = quic::server(spec.addr)?;
                 print_line(&Ready {
@@ -98,7 +103,7 @@ fn server(spec: &AgentSpec) -> anyhow::Result<()> {
             })
         }
         Proto::Tern => {
-            let rt = runtime()?;
+            let rt = runtime(spec)?;
             rt.block_on(async {
                 let (ep, key) = ternp::server(spec.addr, &spec.advertise, &spec.tern_mode)?;
                 print_line(&Ready {
@@ -151,7 +156,7 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
     let mut report = ClientReport::default();
     match spec.proto {
         Proto::Quic | Proto::Tern => {
-            let rt = runtime()?;
+            let rt = runtime(spec)?;
             let cred = spec.credential.clone().unwrap_or_default();
             rt.block_on(async {
                 macro_rules! go {

@@ -51,7 +51,7 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         rtt: Option<Vec<f64>>,
         /// Comma-separated thread counts (short-flows; scale: the server's tokio worker
-        /// threads).
+        /// threads; bulk: tern's and quinn's worker threads at each end, default 1,2).
         #[arg(long, value_delimiter = ',')]
         threads: Option<Vec<u32>>,
         /// Comma-separated tern drivers, tern runs once per mode: `flows` (one two-way flow

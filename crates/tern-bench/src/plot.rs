@@ -811,23 +811,39 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                     bar_chart(p, &t, "completion time (ms)", &cats, &series)
                 });
             } else {
-                let g: Vec<(String, Vec<f64>)> = vec![(
-                    "goodput".into(),
-                    protos
-                        .iter()
-                        .map(|p| mean_of(p, "goodput_mbps") / 1e3)
-                        .collect(),
-                )];
+                // One series per worker-thread count (`threads`; older files have none).
+                let per_threads = |key: &str, scale: f64| -> Vec<(String, Vec<f64>)> {
+                    groups(rows, &["threads"])
+                        .into_iter()
+                        .map(|(k, rs)| {
+                            let name = match k[0].as_str() {
+                                "" | "–" => key.to_string(),
+                                "1" => "1 worker".to_string(),
+                                t => format!("{t} workers"),
+                            };
+                            let values = protos
+                                .iter()
+                                .map(|p| {
+                                    let v: Vec<f64> = rs
+                                        .iter()
+                                        .filter(|r| &r.protocol == p)
+                                        .filter_map(|r| r.metric(key))
+                                        .collect();
+                                    stats::mean(&v) / scale
+                                })
+                                .collect();
+                            (name, values)
+                        })
+                        .collect()
+                };
+                let g = per_threads("goodput_mbps", 1e3);
                 let caption = "Bulk on loopback: goodput".to_string();
                 let t = caption.clone();
                 let cats = protos.clone();
                 draw("goodput".into(), caption, &move |p| {
                     bar_chart(p, &t, "goodput (Gbit/s)", &cats, &g)
                 });
-                let c: Vec<(String, Vec<f64>)> = vec![(
-                    "cpu".into(),
-                    protos.iter().map(|p| mean_of(p, "cpu_s_per_gb")).collect(),
-                )];
+                let c = per_threads("cpu_s_per_gb", 1.0);
                 let caption = "Bulk on loopback: CPU seconds per GB (client + server)".to_string();
                 let t = caption.clone();
                 let cats = protos.clone();

@@ -276,15 +276,17 @@ impl Net {
     }
 
     /// Starts `proto`'s server for `path`; a tern server runs `tern_mode`'s controller (the
-    /// sender's controller is what a `--tern-cc` row measures, whichever end sends).
+    /// sender's controller is what a `--tern-cc` row measures, whichever end sends). An
+    /// async server runs `workers` worker threads (`None`: the agent's default).
     fn start_server(
         &mut self,
         proto: Proto,
         path: usize,
         deadline_s: f64,
         tern_mode: &str,
+        workers: Option<u32>,
     ) -> anyhow::Result<(Agent, Ready)> {
-        self.start_server_on("s", proto, path, deadline_s, tern_mode)
+        self.start_server_on("s", proto, path, deadline_s, tern_mode, workers)
     }
 
     /// [`Net::start_server`] on `node` (the parking lot's and `rtts`' senders); a node other
@@ -296,6 +298,7 @@ impl Net {
         path: usize,
         deadline_s: f64,
         tern_mode: &str,
+        workers: Option<u32>,
     ) -> anyhow::Result<(Agent, Ready)> {
         // Kernel TCP/MPTCP servers listen on every address (MPTCP's extra subflow arrives at
         // the server's second address; background flows use both paths). UDP-based servers
@@ -331,6 +334,7 @@ impl Net {
             tern_mode: tern_mode.into(),
             local_ips: vec![],
             advertise,
+            workers,
         };
         let mut agent = self.spawn(node, &spec, "server")?;
         let stdout = agent.child.stdout.take().context("no stdout")?;
@@ -408,7 +412,7 @@ impl Net {
                 }
             }
             let (mut server, ready) =
-                self.start_server(proto, path, timeout_s + 30.0, tern_mode)?;
+                self.start_server(proto, path, timeout_s + 30.0, tern_mode, def.workers)?;
             // A multipath tern client, or one that must follow its moves, binds the wildcard
             // address: its first path's source then follows the routes, and it opens its
             // other paths from its other addresses.
@@ -436,6 +440,7 @@ impl Net {
                 tern_mode: tern_mode.into(),
                 local_ips,
                 advertise: vec![],
+                workers: def.workers,
             };
             let client_started = Instant::now();
             let (mut client, rx) = self.start_client(&spec, tag)?;
@@ -548,8 +553,14 @@ impl Net {
             let mut servers = Vec::new();
             for f in &multi.flows {
                 let ip = self.node_ip(&f.server)?;
-                let (agent, ready) =
-                    self.start_server_on(&f.server, proto, 0, def.timeout_s + 30.0, tern_mode)?;
+                let (agent, ready) = self.start_server_on(
+                    &f.server,
+                    proto,
+                    0,
+                    def.timeout_s + 30.0,
+                    tern_mode,
+                    def.workers,
+                )?;
                 servers.push((agent, ready, ip));
             }
             let mut order: Vec<usize> = (0..multi.flows.len()).collect();
@@ -577,6 +588,7 @@ impl Net {
                     tern_mode: tern_mode.into(),
                     local_ips: vec![],
                     advertise: vec![],
+                    workers: def.workers,
                 };
                 let start_ms = t0.elapsed().as_secs_f64() * 1e3;
                 let (agent, rx) =
@@ -812,7 +824,7 @@ impl Net {
 
     /// One bulk TCP (CUBIC) download per path, from the server to the client, until killed.
     fn start_background(&mut self, deadline_s: f64) -> anyhow::Result<Vec<Agent>> {
-        let (server, ready) = self.start_server(Proto::Tcp, 0, deadline_s, "flows")?;
+        let (server, ready) = self.start_server(Proto::Tcp, 0, deadline_s, "flows", None)?;
         let mut agents = vec![server];
         let paths = if self.kind == NetKind::Dual { 2 } else { 1 };
         for p in 0..paths {
@@ -830,6 +842,7 @@ impl Net {
                 tern_mode: "flows".into(),
                 local_ips: vec![],
                 advertise: vec![],
+                workers: None,
             };
             agents.push(self.start_client(&spec, "background")?.0);
         }

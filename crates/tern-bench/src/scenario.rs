@@ -298,6 +298,9 @@ pub struct CaseDef {
     pub multi: Option<MultiFlow>,
     /// Another profile's links for this case (`fairness`' parking lot).
     pub profile: Option<&'static Profile>,
+    /// The async agents' (tern's, quinn's) tokio worker threads, each end (`bulk
+    /// --threads`); `None`: the agent's default, two.
+    pub workers: Option<u32>,
 }
 
 /// Concurrent backlogged flows, each a client and a server agent of its own, sharing
@@ -346,6 +349,7 @@ impl CaseDef {
             wildcard_client: false,
             multi: None,
             profile: None,
+            workers: None,
         }
     }
 }
@@ -678,6 +682,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     wildcard_client: false,
                     multi: None,
                     profile: None,
+                    workers: None,
                 });
             }
         }
@@ -734,6 +739,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                             wildcard_client: false,
                             multi: None,
                             profile: None,
+                            workers: None,
                         });
                     }
                 }
@@ -767,16 +773,27 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     wildcard_client: false,
                     multi: None,
                     profile: None,
+                    workers: None,
                 });
             }
         }
         "bulk" => {
             let size: u64 = if q { 256 << 20 } else { 1 << 30 };
             let reps = if q { 1 } else { 3 };
+            // The async agents' worker threads per end. One is the like-for-like comparison
+            // with the stream transports' agents (a thread per connection) and gives each end
+            // one of this machine's two cores; two shows what a second worker does when both
+            // ends share them (issue 12's multi-core row).
+            let threads = o.threads.clone().unwrap_or(vec![1, 2]);
             settings["size"] = json!(size);
-            for rep in 0..reps {
+            settings["threads"] = json!(threads);
+            for (rep, &t) in (0..reps).flat_map(|r| threads.iter().map(move |t| (r, t))) {
                 cases.push(CaseDef {
-                    params: params(&[("size", json!(size)), ("rep", json!(rep))]),
+                    params: params(&[
+                        ("size", json!(size)),
+                        ("threads", json!(t)),
+                        ("rep", json!(rep)),
+                    ]),
                     link: LinkOptions::default(),
                     work: Work::Flows(FlowPlan {
                         sizes: vec![vec![size]],
@@ -792,6 +809,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     wildcard_client: false,
                     multi: None,
                     profile: None,
+                    workers: Some(t.max(1)),
                 });
             }
         }
@@ -817,6 +835,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     wildcard_client: false,
                     multi: None,
                     profile: None,
+                    workers: None,
                 });
             }
         }
@@ -851,6 +870,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     wildcard_client: false,
                     multi: None,
                     profile: None,
+                    workers: None,
                 });
             }
         }
@@ -2984,6 +3004,59 @@ mod tests {
             queue_wait_mean_ms: None,
             queue_wait_p95_ms: None,
         }
+    }
+
+    #[test]
+    fn bulk_runs_the_async_agents_on_one_and_two_workers_and_compares_within_each() {
+        let p = plan(&opts("bulk", None)).unwrap();
+        let workers: Vec<Option<u32>> = p.cases.iter().map(|c| c.workers).collect();
+        assert_eq!(workers, [Some(1), Some(2)]);
+        assert_eq!(p.cases[0].params["threads"], json!(1));
+        assert_eq!(p.cases[1].params["threads"], json!(2));
+        let mut o = opts("bulk", None);
+        o.threads = Some(vec![3]);
+        o.quick = false;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.cases.len(), 3, "three repetitions of the one count");
+        assert!(p.cases.iter().all(|c| c.workers == Some(3)));
+
+        // Ratios pair rows of the same thread count only.
+        let row = |proto: &str, threads: u32, fct_ms: f64| Case {
+            protocol: proto.into(),
+            params: params(&[
+                ("size", json!(1_000_000)),
+                ("threads", json!(threads)),
+                ("rep", json!(0)),
+            ]),
+            flows: vec![crate::results::FlowSample {
+                thread: 0,
+                index: 0,
+                size: 1_000_000,
+                start_ms: 0.0,
+                fct_ms: Some(fct_ms),
+                received: 1_000_000,
+            }],
+            ..Case::default()
+        };
+        let run = run_file(
+            "bulk",
+            "loopback",
+            vec![
+                row("tern", 1, 10.0),
+                row("quic", 1, 30.0),
+                row("tern", 2, 20.0),
+                row("quic", 2, 20.0),
+            ],
+        );
+        let rows = summarize(&run);
+        let ratio = |threads: u32| {
+            rows.iter()
+                .find(|r| r.protocol == "tern" && r.params["threads"] == json!(threads))
+                .map(|r| r.metrics["goodput_vs_quic"])
+                .unwrap()
+        };
+        assert!((ratio(1) - 3.0).abs() < 1e-9);
+        assert!((ratio(2) - 1.0).abs() < 1e-9);
     }
 
     #[test]

@@ -248,6 +248,10 @@ pub struct AgentSpec {
     /// then listens on every address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub advertise: Vec<IpAddr>,
+    /// Async agents (tern, quinn): the tokio runtime's worker threads (`bulk --threads`);
+    /// `None`: two. Stream transports use a thread per connection whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
 }
 
 fn default_tern_mode() -> String {
