@@ -170,7 +170,6 @@ impl MarEncoder {
 /// Reply size of `mar`.
 pub const MAR_REPLY: u32 = 100;
 
-/// Echo sizes of `echo-sizes`.
 /// PaUDT's initial windows, in packets (`initwin`).
 pub const INITIAL_WINDOWS: [u32; 4] = [8, 16, 32, 64];
 
@@ -179,6 +178,7 @@ pub const INITIAL_WINDOWS: [u32; 4] = [8, 16, 32, 64];
 /// limit rest on that), so an MSS under 1228 cannot be asked of it.
 pub const MSS_SIZES: [u32; 3] = [1_300, 1_500, 9_000];
 
+/// Echo sizes of `echo-sizes`.
 pub const ECHO_SIZES: [u32; 8] = [64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576];
 
 /// What `tern-bench run` was asked.
