@@ -465,8 +465,9 @@ impl App for Bursts {
     }
 }
 
-#[test]
-fn a_path_probes_again_after_an_idle_period() {
+/// Bursts of `sizes` bytes a second apart from client to server on a clean 20 Mbit/s, 20 ms
+/// path; returns the client's statistics and its rate-estimate events.
+fn idle_bursts(sizes: Vec<u64>) -> (tern_proto::ConnectionStats, Vec<(u32, u64)>) {
     let seed = 1;
     let link = LinkConfig::new(20_000_000, Duration::from_millis(20));
     let mut sim: Simulation<PairHost<Bursts, tern_sim::tern::VerifyingReceiver>> =
@@ -475,10 +476,12 @@ fn a_path_probes_again_after_an_idle_period() {
     let c: SocketAddr = CLIENT_ADDR.parse().unwrap();
     let s: SocketAddr = SERVER_ADDR.parse().unwrap();
     let server_ep = Endpoint::new(endpoint_config(seed, true), now);
+    let total: u64 = sizes.iter().sum();
+    let flows = sizes.len();
     let app = Bursts {
         server: s,
         key: server_ep.public_key(),
-        sizes: vec![500_000, 500_000, 3_000],
+        sizes,
         gap: Duration::from_secs(1),
         conn: None,
         current: None,
@@ -498,7 +501,7 @@ fn a_path_probes_again_after_an_idle_period() {
         PairHost::Server(TernNode::new(
             server_ep,
             s,
-            tern_sim::tern::VerifyingReceiver::new(3),
+            tern_sim::tern::VerifyingReceiver::new(flows),
         )),
         &[s.ip()],
     );
@@ -510,7 +513,7 @@ fn a_path_probes_again_after_an_idle_period() {
         unreachable!()
     };
     assert_eq!(server.app.corrupt, None);
-    assert_eq!(server.app.total(), 1_003_000);
+    assert_eq!(server.app.total(), total);
     let client_host = sim.owner(c.ip()).unwrap();
     let PairHost::Client(client) = sim.node(client_host) else {
         unreachable!()
@@ -527,16 +530,39 @@ fn a_path_probes_again_after_an_idle_period() {
         stats.probe_padding_packets,
         stats.rate_estimate as f64 * 8.0 / 1e6
     );
+    (stats, client.app.estimates.clone())
+}
+
+#[test]
+fn a_path_probes_again_after_an_idle_period() {
+    let (stats, estimates) = idle_bursts(vec![500_000, 500_000, 3_000]);
     // One train at the start and one after the idle second; the last, 3 kB burst is too small
     // to carry a train (it would be mostly padding), so it is sent without one.
     assert_eq!(stats.probe_trains_sent, 2);
     assert_eq!(stats.rate_estimates, 2);
-    assert_eq!(client.app.estimates.len(), 2, "one event per estimate");
-    assert!(client.app.estimates.iter().all(|e| e.0 == 0));
-    assert_eq!(client.app.estimates[1].1, stats.rate_estimate);
+    assert_eq!(estimates.len(), 2, "one event per estimate");
+    assert!(estimates.iter().all(|e| e.0 == 0));
+    assert_eq!(estimates[1].1, stats.rate_estimate);
     assert_eq!(stats.probe_padding_packets, 0);
     let want = 20_000_000.0 / 8.0;
     assert!((stats.rate_estimate as f64 - want).abs() <= 0.1 * want);
+}
+
+#[test]
+fn a_restart_train_is_as_long_as_the_data_waiting() {
+    // About 6.5 full packets after the idle second: a train of 7, not 10 with 3 of padding
+    // (a request on a short path idles before every exchange and would pay that each time).
+    let (stats, estimates) = idle_bursts(vec![500_000, 9_500]);
+    assert_eq!(stats.probe_trains_sent, 2);
+    assert_eq!(stats.rate_estimates, 2);
+    assert_eq!(estimates.len(), 2);
+    assert_eq!(stats.probe_padding_packets, 0, "no packet of padding alone");
+    let want = 20_000_000.0 / 8.0;
+    assert!(
+        (stats.rate_estimate as f64 - want).abs() <= 0.1 * want,
+        "a 7-packet train still measures the bottleneck: {}",
+        stats.rate_estimate
+    );
 }
 
 #[test]

@@ -143,8 +143,7 @@ impl Connection {
         // (F11) if that path starts, or starts again after an idle spell.
         if self.has_sendable_data() {
             if let Some(index) = self.schedule(now) {
-                if self.wants_train(now, index) {
-                    let count = self.train_len(index);
+                if let Some(count) = self.wants_train(now, index) {
                     self.paths[index].probe_tx.start(count);
                     self.stats.probe_trains_sent += 1;
                     if let Some(t) = self.send_train_packet(now, buf, index) {
@@ -219,30 +218,35 @@ impl Connection {
         None
     }
 
-    /// Whether path `index`, which the scheduler picked for data, should send a probe train
-    /// now (F11, PROTOCOL.md §11.10): fast start on, the handshake confirmed (an XX client
-    /// waits for HandshakeDone), the path active and validated, no train
-    /// of its own under way or awaiting its report, and either (a) it has not probed since it
-    /// started (or moved to another network path) and is still in its first slow start, or
-    /// (b) it has been idle (nothing in flight, nothing ack-eliciting sent) for at least a
-    /// smoothed RTT; plus enough application data waiting to fill at least half of the train
-    /// (the rest is padding) and room in its congestion window for a train of
-    /// [`MIN_TRAIN_LEN`] packets. Trains go only where the scheduler sends data, so a backup
-    /// path is not probed while it carries nothing.
+    /// How many packets of probe train path `index`, which the scheduler picked for data,
+    /// should send now (F11, PROTOCOL.md §11.10), if any: fast start on, the handshake
+    /// confirmed (an XX client waits for HandshakeDone), the path active and validated, no
+    /// train of its own under way or awaiting its report, room in its congestion window for
+    /// a train of [`MIN_TRAIN_LEN`] packets, and either
+    /// - (a) it has not probed since it started (or moved to another network path) and is
+    ///   still in its first slow start, with enough application data waiting to fill at
+    ///   least half of the train (the rest is padding: the first estimate is worth it), or
+    /// - (b) it has been idle (nothing in flight, nothing ack-eliciting sent) for at least a
+    ///   smoothed RTT; the train is then as long as the waiting data (at least
+    ///   [`MIN_TRAIN_LEN`] packets' worth), so that requests and replies on a short path,
+    ///   idle between every exchange, do not each pay for a padded train.
+    ///
+    /// Trains go only where the scheduler sends data, so a backup path is not probed while
+    /// it carries nothing.
     ///
     /// [`MIN_TRAIN_LEN`]: crate::path::probe::MIN_TRAIN_LEN
-    fn wants_train(&mut self, now: Instant, index: usize) -> bool {
+    fn wants_train(&mut self, now: Instant, index: usize) -> Option<u8> {
         use crate::path::probe::MIN_TRAIN_LEN;
         if !self.config.fast_start || !self.confirmed || !self.data_allowed_by_window() {
-            return false;
+            return None;
         }
         let p = &mut self.paths[index];
         p.probe_tx.expire(now, p.rtt.smoothed());
         if !p.usable() || p.state != crate::path::PathState::Active {
-            return false;
+            return None;
         }
         if p.probe_tx.sending.is_some() || p.probe_tx.awaiting.is_some() {
-            return false;
+            return None;
         }
         let first = !p.probe_tx.probed && p.cc.metrics().ssthresh.is_none();
         let idle = p.sent.bytes_in_flight == 0
@@ -250,16 +254,21 @@ impl Connection {
                 .time_of_last_ack_eliciting
                 .is_some_and(|t| now.saturating_duration_since(t) >= p.rtt.smoothed());
         if !(first || idle) {
-            return false;
+            return None;
         }
         let mtu = u64::from(p.mtu.max(1));
         if p.cwnd_room() / mtu < u64::from(MIN_TRAIN_LEN)
             || p.amplification_budget() < u64::from(MIN_TRAIN_LEN) * mtu
         {
-            return false;
+            return None;
         }
-        let count = u64::from(self.train_len(index));
-        self.unsent_app_bytes() >= count * mtu / 2
+        let count = self.train_len(index);
+        let unsent = self.unsent_app_bytes();
+        if first {
+            return (unsent >= u64::from(count) * mtu / 2).then_some(count);
+        }
+        let data_packets = unsent.div_ceil(mtu).min(u64::from(count)) as u8;
+        (data_packets >= MIN_TRAIN_LEN).then_some(data_packets)
     }
 
     /// Packets in a train on path `index`: the configured length, within the window's room.
