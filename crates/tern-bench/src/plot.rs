@@ -256,7 +256,14 @@ pub fn bar_chart(
         } else {
             colour(name)
         };
-        // Bars of a protocol's category take the protocol's colour.
+        // Bars of a protocol's category take the protocol's colour; every series after the
+        // first is drawn lighter, so that series sharing those colours stay apart (`bulk`'s
+        // worker counts).
+        let opacity = if si == 0 || name == "ideal" {
+            1.0
+        } else {
+            0.45
+        };
         let bars: Vec<Rectangle<(f64, f64)>> = values
             .iter()
             .enumerate()
@@ -267,14 +274,16 @@ pub fn bar_chart(
                     Some(cat) if name != "ideal" && colour(cat) != RGBColor(0, 0, 0) => colour(cat),
                     _ => c,
                 };
-                Rectangle::new([(x, 0.0), (x + w * 0.92, *v)], cc.filled())
+                Rectangle::new([(x, 0.0), (x + w * 0.92, *v)], cc.mix(opacity).filled())
             })
             .collect();
         chart
             .draw_series(bars)
             .map_err(err)?
             .label(name.clone())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+            .legend(move |(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.mix(opacity).filled())
+            });
     }
     chart
         .configure_series_labels()
@@ -812,12 +821,12 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                 });
             } else {
                 // One series per worker-thread count (`threads`; older files have none).
-                let per_threads = |key: &str, scale: f64| -> Vec<(String, Vec<f64>)> {
+                let per_threads = |key: &str, label: &str, scale: f64| -> Vec<(String, Vec<f64>)> {
                     groups(rows, &["threads"])
                         .into_iter()
                         .map(|(k, rs)| {
                             let name = match k[0].as_str() {
-                                "" | "–" => key.to_string(),
+                                "" => label.to_string(),
                                 "1" => "1 worker".to_string(),
                                 t => format!("{t} workers"),
                             };
@@ -836,14 +845,14 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                         })
                         .collect()
                 };
-                let g = per_threads("goodput_mbps", 1e3);
+                let g = per_threads("goodput_mbps", "goodput", 1e3);
                 let caption = "Bulk on loopback: goodput".to_string();
                 let t = caption.clone();
                 let cats = protos.clone();
                 draw("goodput".into(), caption, &move |p| {
                     bar_chart(p, &t, "goodput (Gbit/s)", &cats, &g)
                 });
-                let c = per_threads("cpu_s_per_gb", 1.0);
+                let c = per_threads("cpu_s_per_gb", "cpu", 1.0);
                 let caption = "Bulk on loopback: CPU seconds per GB (client + server)".to_string();
                 let t = caption.clone();
                 let cats = protos.clone();

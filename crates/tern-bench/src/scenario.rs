@@ -785,6 +785,9 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             // one of this machine's two cores; two shows what a second worker does when both
             // ends share them (issue 12's multi-core row).
             let threads = o.threads.clone().unwrap_or(vec![1, 2]);
+            if threads.contains(&0) {
+                bail!("bulk: --threads takes worker counts of at least 1");
+            }
             settings["size"] = json!(size);
             settings["threads"] = json!(threads);
             for (rep, &t) in (0..reps).flat_map(|r| threads.iter().map(move |t| (r, t))) {
@@ -809,7 +812,7 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                     wildcard_client: false,
                     multi: None,
                     profile: None,
-                    workers: Some(t.max(1)),
+                    workers: Some(t),
                 });
             }
         }
@@ -3020,14 +3023,16 @@ mod tests {
         assert_eq!(p.cases.len(), 3, "three repetitions of the one count");
         assert!(p.cases.iter().all(|c| c.workers == Some(3)));
 
-        // Ratios pair rows of the same thread count only.
+        let mut o = opts("bulk", None);
+        o.threads = Some(vec![1, 0]);
+        assert!(plan(&o).is_err(), "no runtime has zero workers");
+
+        // Ratios pair rows of the same thread count only: rows with the plan's own
+        // parameters (cases 0 and 1 of the quick plan: one and two workers).
+        let quick = plan(&opts("bulk", None)).unwrap();
         let row = |proto: &str, threads: u32, fct_ms: f64| Case {
             protocol: proto.into(),
-            params: params(&[
-                ("size", json!(1_000_000)),
-                ("threads", json!(threads)),
-                ("rep", json!(0)),
-            ]),
+            params: quick.cases[threads as usize - 1].params.clone(),
             flows: vec![crate::results::FlowSample {
                 thread: 0,
                 index: 0,
@@ -3057,6 +3062,48 @@ mod tests {
         };
         assert!((ratio(1) - 3.0).abs() < 1e-9);
         assert!((ratio(2) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bulk_figures_draw_a_series_per_worker_count_and_read_older_files() {
+        let flow = |fct_ms: f64| crate::results::FlowSample {
+            thread: 0,
+            index: 0,
+            size: 1_000_000,
+            start_ms: 0.0,
+            fct_ms: Some(fct_ms),
+            received: 1_000_000,
+        };
+        let case = |proto: &str, params: BTreeMap<String, Value>| Case {
+            protocol: proto.into(),
+            params,
+            flows: vec![flow(10.0)],
+            ..Case::default()
+        };
+        let quick = plan(&opts("bulk", None)).unwrap();
+        let dir = std::env::temp_dir().join(format!("tern-bench-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let goodput_svg = |cases: Vec<Case>| {
+            let mut run = run_file("bulk", "loopback", cases);
+            run.summary = summarize(&run);
+            let figures = crate::plot::render(&run, &dir).unwrap();
+            let (_, path) = figures
+                .iter()
+                .find(|(_, p)| p.to_string_lossy().ends_with("-goodput.svg"))
+                .expect("a goodput figure");
+            std::fs::read_to_string(path).unwrap()
+        };
+        let now = goodput_svg(vec![
+            case("tern", quick.cases[0].params.clone()),
+            case("tern", quick.cases[1].params.clone()),
+        ]);
+        assert!(now.contains("1 worker") && now.contains("2 workers"));
+        let old = goodput_svg(vec![case(
+            "tern",
+            params(&[("size", json!(1_000_000)), ("rep", json!(0))]),
+        )]);
+        assert!(old.contains("goodput") && !old.contains("worker"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -224,12 +224,14 @@ impl Connection {
     /// train of its own under way or awaiting its report, room in its congestion window for
     /// a train of [`MIN_TRAIN_LEN`] packets, and either
     /// - (a) it has not probed since it started (or moved to another network path) and is
-    ///   still in its first slow start, with enough application data waiting to fill at
-    ///   least half of the train (the rest is padding: the first estimate is worth it), or
+    ///   still in its first slow start, or
     /// - (b) it has been idle (nothing in flight, nothing ack-eliciting sent) for at least a
-    ///   smoothed RTT; the train is then as long as the waiting data (at least
-    ///   [`MIN_TRAIN_LEN`] packets' worth), so that requests and replies on a short path,
-    ///   idle between every exchange, do not each pay for a padded train.
+    ///   smoothed RTT,
+    ///
+    /// and enough application data waits to fill at least half of the train. A first train
+    /// is padded to its full length (the first estimate is worth it); a restart train is as
+    /// long as the data waiting, rounded up to whole packets, so that requests and replies
+    /// on a short path, idle before every exchange, do not each pay for padding.
     ///
     /// Trains go only where the scheduler sends data, so a backup path is not probed while
     /// it carries nothing.
@@ -264,11 +266,15 @@ impl Connection {
         }
         let count = self.train_len(index);
         let unsent = self.unsent_app_bytes();
-        if first {
-            return (unsent >= u64::from(count) * mtu / 2).then_some(count);
+        if unsent < u64::from(count) * mtu / 2 {
+            return None;
         }
+        if first {
+            return Some(count);
+        }
+        // Whole packets' worth of data, rounded up: at most the last packet is padded.
         let data_packets = unsent.div_ceil(mtu).min(u64::from(count)) as u8;
-        (data_packets >= MIN_TRAIN_LEN).then_some(data_packets)
+        (data_packets >= MIN_TRAIN_LEN.min(count)).then_some(data_packets)
     }
 
     /// Packets in a train on path `index`: the configured length, within the window's room.
