@@ -3009,6 +3009,18 @@ mod tests {
         }
     }
 
+    /// One flow of 1 MB, received whole in `fct_ms`.
+    fn megabyte_flow(fct_ms: f64) -> crate::results::FlowSample {
+        crate::results::FlowSample {
+            thread: 0,
+            index: 0,
+            size: 1_000_000,
+            start_ms: 0.0,
+            fct_ms: Some(fct_ms),
+            received: 1_000_000,
+        }
+    }
+
     #[test]
     fn bulk_runs_the_async_agents_on_one_and_two_workers_and_compares_within_each() {
         let p = plan(&opts("bulk", None)).unwrap();
@@ -3033,14 +3045,7 @@ mod tests {
         let row = |proto: &str, threads: u32, fct_ms: f64| Case {
             protocol: proto.into(),
             params: quick.cases[threads as usize - 1].params.clone(),
-            flows: vec![crate::results::FlowSample {
-                thread: 0,
-                index: 0,
-                size: 1_000_000,
-                start_ms: 0.0,
-                fct_ms: Some(fct_ms),
-                received: 1_000_000,
-            }],
+            flows: vec![megabyte_flow(fct_ms)],
             ..Case::default()
         };
         let run = run_file(
@@ -3066,18 +3071,10 @@ mod tests {
 
     #[test]
     fn bulk_figures_draw_a_series_per_worker_count_and_read_older_files() {
-        let flow = |fct_ms: f64| crate::results::FlowSample {
-            thread: 0,
-            index: 0,
-            size: 1_000_000,
-            start_ms: 0.0,
-            fct_ms: Some(fct_ms),
-            received: 1_000_000,
-        };
         let case = |proto: &str, params: BTreeMap<String, Value>| Case {
             protocol: proto.into(),
             params,
-            flows: vec![flow(10.0)],
+            flows: vec![megabyte_flow(10.0)],
             ..Case::default()
         };
         let quick = plan(&opts("bulk", None)).unwrap();
