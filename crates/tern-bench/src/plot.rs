@@ -351,6 +351,16 @@ fn by_protocol(rows: &[&Row], x: impl Fn(&Row) -> Option<f64>, y: &str) -> Vec<S
     v
 }
 
+/// The mean of `protocol`'s `key` over `rows` (NaN when none has it).
+fn protocol_mean<'a>(rows: impl IntoIterator<Item = &'a Row>, protocol: &str, key: &str) -> f64 {
+    let v: Vec<f64> = rows
+        .into_iter()
+        .filter(|r| r.protocol == protocol)
+        .filter_map(|r| r.metric(key))
+        .collect();
+    stats::mean(&v)
+}
+
 fn tag(parts: &[String]) -> String {
     parts
         .iter()
@@ -713,14 +723,7 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
             // PaUDT's curve: completion time against tern's initial window, per flow size,
             // with the other protocols (their own initial windows) as flat references.
             for (g, rs) in groups(rows, &["size"]) {
-                let mean = |p: &str| {
-                    let v: Vec<f64> = rs
-                        .iter()
-                        .filter(|r| r.protocol == p)
-                        .filter_map(|r| r.metric("fct_mean_ms"))
-                        .collect();
-                    stats::mean(&v)
-                };
+                let mean = |p: &str| protocol_mean(rs.iter().copied(), p, "fct_mean_ms");
                 let mut tern = Series {
                     name: "tern".into(),
                     points: vec![],
@@ -796,14 +799,7 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
         }
         "startup" | "bulk" => {
             let protos = run.protocols();
-            let mean_of = |p: &str, k: &str| {
-                let v: Vec<f64> = rows
-                    .iter()
-                    .filter(|r| r.protocol == p)
-                    .filter_map(|r| r.metric(k))
-                    .collect();
-                stats::mean(&v)
-            };
+            let mean_of = |p: &str, k: &str| protocol_mean(rows, p, k);
             if run.scenario == "startup" {
                 let mut series: Vec<(String, Vec<f64>)> = vec![(
                     "completion".into(),
@@ -832,14 +828,7 @@ pub fn render(run: &RunFile, dir: &Path) -> anyhow::Result<Vec<(String, PathBuf)
                             };
                             let values = protos
                                 .iter()
-                                .map(|p| {
-                                    let v: Vec<f64> = rs
-                                        .iter()
-                                        .filter(|r| &r.protocol == p)
-                                        .filter_map(|r| r.metric(key))
-                                        .collect();
-                                    stats::mean(&v) / scale
-                                })
+                                .map(|p| protocol_mean(rs.iter().copied(), p, key) / scale)
                                 .collect();
                             (name, values)
                         })

@@ -3023,11 +3023,11 @@ mod tests {
 
     #[test]
     fn bulk_runs_the_async_agents_on_one_and_two_workers_and_compares_within_each() {
-        let p = plan(&opts("bulk", None)).unwrap();
-        let workers: Vec<Option<u32>> = p.cases.iter().map(|c| c.workers).collect();
+        let quick = plan(&opts("bulk", None)).unwrap();
+        let workers: Vec<Option<u32>> = quick.cases.iter().map(|c| c.workers).collect();
         assert_eq!(workers, [Some(1), Some(2)]);
-        assert_eq!(p.cases[0].params["threads"], json!(1));
-        assert_eq!(p.cases[1].params["threads"], json!(2));
+        assert_eq!(quick.cases[0].params["threads"], json!(1));
+        assert_eq!(quick.cases[1].params["threads"], json!(2));
         let mut o = opts("bulk", None);
         o.threads = Some(vec![3]);
         o.quick = false;
@@ -3041,7 +3041,6 @@ mod tests {
 
         // Ratios pair rows of the same thread count only: rows with the plan's own
         // parameters (cases 0 and 1 of the quick plan: one and two workers).
-        let quick = plan(&opts("bulk", None)).unwrap();
         let row = |proto: &str, threads: u32, fct_ms: f64| Case {
             protocol: proto.into(),
             params: quick.cases[threads as usize - 1].params.clone(),
