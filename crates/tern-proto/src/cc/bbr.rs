@@ -98,17 +98,20 @@
 //!   from 154–172 to 236–256 Mbit/s of 300, and its reductions from about 420 to 45 in a
 //!   `cc --quick` run (docs/BENCHMARKS.md).
 //!   `inflight_hi` keeps v3's per-packet rule (lost > 2 % of what was in flight).
-//! - **ProbeBW keeps a small queue** (a tern choice, [`BbrConfig::low_queue`], on by default).
-//!   Two rules of the draft leave a queue that a user on a radio link waits behind. (1) The
-//!   window in DOWN, CRUISE and REFILL is 2 × BDP, so a bandwidth estimate a few percent high
-//!   (the max filter over jittery delivery-rate samples) fills a queue of up to one BDP while
-//!   cruising at pacing gain 1; here the gain is [`STEADY_CWND_GAIN`] (1.5), which caps it at
-//!   half a BDP. (2) UP ends when the bandwidth has stopped growing for three rounds, and its
-//!   25 % extra stands in the queue for all of them; with a short RTT the Reno-coexistence
-//!   bound (one probe per BDP in datagrams of rounds) starts a probe every few hundred
-//!   milliseconds. Here UP also ends, as BBRv1's 1.25 phase did, once it has lasted a minimum
-//!   RTT with 1.25 × the pipe in flight, the pipe being `max_bw × (min_rtt + jitter
-//!   allowance)` (see `Bbr::probe_filled_the_pipe`). Without the allowance the probe stopped
+//! - **ProbeBW keeps a small queue** (a tern choice, [`BbrConfig::low_queue`], on by default;
+//!   its two rules can be switched apart). Two rules of the draft leave a queue that a user on
+//!   a radio link waits behind. (1) The window in DOWN, CRUISE and REFILL is 2 × BDP, so a
+//!   bandwidth estimate a few percent high (the max filter over jittery delivery-rate
+//!   samples) fills a queue of up to one BDP while cruising at pacing gain 1; here
+//!   ([`BbrConfig::small_steady_window`]) the gain is [`STEADY_CWND_GAIN`] (1.5), which caps
+//!   it at half a BDP plus 1.5 × the estimate's error. (2) UP ends when the bandwidth has
+//!   stopped growing for three rounds, and its 25 % extra stands in the queue for all of them;
+//!   with a short RTT the Reno-coexistence bound (one probe per BDP in datagrams of rounds)
+//!   starts a probe every few hundred milliseconds. Here ([`BbrConfig::short_probe`]) UP also
+//!   ends, as BBRv1's 1.25 phase did, once it has had feedback on its own data and lasted a
+//!   minimum RTT with 1.25 × the pipe in flight, the pipe being `max_bw × (min_rtt + jitter
+//!   allowance)`, the allowance frozen when REFILL began and at most `min_rtt / 2` (see
+//!   `Bbr::probe_filled_the_pipe`). Without the allowance the probe stopped
 //!   short of the in-order jitter on `5g` and at 1 % loss never regained the rate the
 //!   short-term bounds had cut: 0.68–0.72 × kernel BBR's throughput against 0.85–0.90 with
 //!   the draft's rule. Measured with `tern-bench run cc --quick` against kernel BBR in the
@@ -442,6 +445,9 @@ pub struct Bbr {
     probe_up_cnt: u64,
     prev_probe_too_high: bool,
     stopped_risky_probe: bool,
+    /// The jitter allowance UP counts as pipe, taken when REFILL began (before the probe's
+    /// own queue can raise the RTT variation) and capped at half the minimum RTT.
+    probe_allowance: Duration,
 
     // ACK aggregation.
     extra_acked: [u64; 2],
@@ -527,6 +533,7 @@ impl Bbr {
             probe_up_cnt: u64::MAX,
             prev_probe_too_high: false,
             stopped_risky_probe: false,
+            probe_allowance: Duration::ZERO,
             extra_acked: [0; 2],
             extra_acked_slot: 0,
             extra_acked_slot_rounds: 0,
@@ -698,33 +705,43 @@ impl Bbr {
     }
 
     /// The cwnd gain of ProbeBW DOWN, CRUISE and REFILL: [`STEADY_CWND_GAIN`], or the draft's
-    /// [`DEFAULT_CWND_GAIN`] without [`BbrConfig::low_queue`].
+    /// [`DEFAULT_CWND_GAIN`] without [`BbrConfig::small_steady_window`].
     fn steady_cwnd_gain(&self) -> f64 {
-        if self.config.low_queue {
+        if self.config.small_steady_window {
             STEADY_CWND_GAIN
         } else {
             DEFAULT_CWND_GAIN
         }
     }
 
-    /// With [`BbrConfig::low_queue`]: whether ProbeBW UP has lasted a minimum RTT and has
-    /// [`PROBE_UP_PACING_GAIN`] × the pipe in flight, the pipe being `max_bw × (min_rtt +
-    /// jitter allowance)`. BBRv1 ended its 1.25 phase on the first two conditions (Linux
-    /// `bbr_is_next_cycle_phase`); v3 waits for the bandwidth to stop growing for three rounds,
-    /// which lets the probe's extra data stand in the queue for those rounds. If the probe found
-    /// more bandwidth, the delivery rate it measured already raised `max_bw` and with it this
-    /// target. The jitter allowance (see `Bbr::queue_was_standing`) counts as pipe: on a link
-    /// whose delay swings by some milliseconds without a queue (the `5g` profile), the data that
-    /// fills the swing is not a queue, and a probe stopped short of it finds nothing.
+    /// With [`BbrConfig::short_probe`]: whether ProbeBW UP has had feedback on its own data,
+    /// has lasted a minimum RTT and has [`PROBE_UP_PACING_GAIN`] × the pipe in flight, the pipe
+    /// being `max_bw × (min_rtt + jitter allowance)`. BBRv1 ended its 1.25 phase on the last
+    /// two conditions (Linux `bbr_is_next_cycle_phase`); v3 waits for the bandwidth to stop
+    /// growing for three rounds, which lets the probe's extra data stand in the queue for those
+    /// rounds. The feedback condition makes sure a delivery rate measured on UP's data has
+    /// reached `max_bw`: if the probe found more bandwidth, that raised the target with it.
+    /// The jitter allowance (see `Bbr::queue_was_standing`, frozen when REFILL began and at
+    /// most half the minimum RTT) counts as pipe: on a link whose delay swings by some
+    /// milliseconds without a queue (the `5g` profile), the data that fills the swing is not a
+    /// queue, and a probe stopped short of it finds nothing.
+    ///
+    /// The probe can so end with up to 1.25 × 1.5 BDP in flight, above DOWN's window
+    /// (1.5 × BDP): DOWN then sends only as ACKs free the window, which drains the excess
+    /// sooner than pacing at 0.9 would, and the link stays busy because the window is still
+    /// above one BDP.
     fn probe_filled_the_pipe(&self) -> bool {
         let Some(min) = self.min_rtt else {
             return false;
         };
-        if !self.config.low_queue || !self.has_elapsed_in_phase(min) {
+        if !self.config.short_probe
+            || self.ack_phase != AckPhase::ProbeFeedback
+            || !self.has_elapsed_in_phase(min)
+        {
             return false;
         }
-        let pipe = min.saturating_add(self.spreads.allowance(self.rtt_var, min));
-        let target = mul_gain(bytes_in(self.max_bw, pipe), PROBE_UP_PACING_GAIN);
+        let pipe = bytes_in(self.max_bw, min.saturating_add(self.probe_allowance));
+        let target = mul_gain(pipe, PROBE_UP_PACING_GAIN);
         self.bytes_in_flight >= self.quantization_budget(target)
     }
 
@@ -1133,6 +1150,9 @@ impl Bbr {
         self.bw_probe_up_rounds = 0;
         self.bw_probe_up_acks = 0;
         self.stopped_risky_probe = false;
+        self.probe_allowance = self.min_rtt.map_or(Duration::ZERO, |min| {
+            self.spreads.allowance(self.rtt_var, min).min(min / 2)
+        });
         self.ack_phase = AckPhase::Refilling;
         self.start_round();
         self.state = State::ProbeBw(Phase::Refill);
@@ -1774,7 +1794,8 @@ pub struct BbrConfig {
     trust_rate_estimate: bool,
     ack_aggregation: bool,
     short_term_loss_threshold: bool,
-    low_queue: bool,
+    small_steady_window: bool,
+    short_probe: bool,
 }
 
 impl Default for BbrConfig {
@@ -1785,7 +1806,8 @@ impl Default for BbrConfig {
             trust_rate_estimate: false,
             ack_aggregation: false,
             short_term_loss_threshold: true,
-            low_queue: true,
+            small_steady_window: true,
+            short_probe: true,
         }
     }
 }
@@ -1833,17 +1855,41 @@ impl BbrConfig {
     }
 
     /// Whether ProbeBW keeps a small queue (default on, a tern choice; see "Simplifications"
-    /// in the module documentation): cwnd gain [`STEADY_CWND_GAIN`] outside UP, and UP ends
-    /// once it holds 1.25 × the pipe for a minimum RTT. Off gives the draft's cwnd gain 2 and
-    /// its UP that ends only when the bandwidth stops growing (or on loss or ECN).
-    pub fn low_queue(mut self, enabled: bool) -> Self {
-        self.low_queue = enabled;
+    /// in the module documentation): sets both [`small_steady_window`](Self::small_steady_window)
+    /// and [`short_probe`](Self::short_probe). Off gives the draft's cwnd gain 2 and its UP that
+    /// ends only when the bandwidth stops growing (or on loss or ECN).
+    pub fn low_queue(self, enabled: bool) -> Self {
+        self.small_steady_window(enabled).short_probe(enabled)
+    }
+
+    /// Whether both rules of [`low_queue`](Self::low_queue) are on.
+    pub fn get_low_queue(&self) -> bool {
+        self.small_steady_window && self.short_probe
+    }
+
+    /// Whether the window of ProbeBW DOWN, CRUISE and REFILL is [`STEADY_CWND_GAIN`] (1.5) ×
+    /// BDP (default on) rather than the draft's 2 × BDP.
+    pub fn small_steady_window(mut self, enabled: bool) -> Self {
+        self.small_steady_window = enabled;
         self
     }
 
-    /// Whether ProbeBW keeps a small queue.
-    pub fn get_low_queue(&self) -> bool {
-        self.low_queue
+    /// Whether the steady window is 1.5 × BDP.
+    pub fn get_small_steady_window(&self) -> bool {
+        self.small_steady_window
+    }
+
+    /// Whether ProbeBW UP also ends, as BBRv1's 1.25 phase did, once it has had feedback on its
+    /// own data, has lasted a minimum RTT and holds 1.25 × the pipe (default on); off, UP ends
+    /// only when the bandwidth stops growing for three rounds, or on loss or ECN (the draft).
+    pub fn short_probe(mut self, enabled: bool) -> Self {
+        self.short_probe = enabled;
+        self
+    }
+
+    /// Whether ProbeBW UP ends once it holds 1.25 × the pipe.
+    pub fn get_short_probe(&self) -> bool {
+        self.short_probe
     }
 
     /// Initial window in datagrams.
@@ -1942,6 +1988,11 @@ mod tests {
         ce_every: u64,
         /// The application sends at most one datagram per this interval (and says so).
         app_interval: Option<Duration>,
+        /// In-order delay added after the bottleneck, uniform in `0..jitter` per packet but
+        /// never overtaking the packet before (a radio link's jitter, as tern-netem's).
+        jitter: Duration,
+        last_ack: Instant,
+        rng: u64,
     }
 
     impl Path {
@@ -1961,6 +2012,9 @@ mod tests {
                 sent: 0,
                 ce_every: 0,
                 app_interval: None,
+                jitter: Duration::ZERO,
+                last_ack: now,
+                rng: 0x9e37_79b9_7f4a_7c15,
             }
         }
 
@@ -2027,7 +2081,16 @@ mod tests {
             } else {
                 let departure = self.link_free.max(now) + serialization(MSS, self.rate);
                 self.link_free = departure;
-                Some(departure + self.base_rtt)
+                let mut ack = departure + self.base_rtt;
+                if !self.jitter.is_zero() {
+                    self.rng ^= self.rng << 13;
+                    self.rng ^= self.rng >> 7;
+                    self.rng ^= self.rng << 17;
+                    let nanos = self.jitter.as_nanos() as u64;
+                    ack += Duration::from_nanos(self.rng % nanos);
+                }
+                self.last_ack = self.last_ack.max(ack);
+                Some(self.last_ack)
             };
             self.in_flight += MSS;
             self.packets.push_back((now, MSS, ack));
@@ -2123,11 +2186,17 @@ mod tests {
         assert!(cycles >= 2, "phases seen: {phases:?}");
     }
 
-    /// The largest bottleneck queue (bytes) and the share of time the link was busy over
-    /// seconds 3–12 of a clean 10 Mbit/s, 40 ms path with a deep buffer: ProbeBW only, several
-    /// cycles.
-    fn probe_bw_queue_and_utilisation(config: &BbrConfig) -> (u64, f64) {
+    /// The bottleneck queue and the link's use over seconds 3–12 of a 10 Mbit/s, 40 ms path
+    /// with a deep buffer: ProbeBW only, several cycles.
+    struct QueueAndUse {
+        largest: u64,
+        mean: u64,
+        busy: f64,
+    }
+
+    fn probe_bw_queue_and_use(config: &BbrConfig, jitter: Duration) -> QueueAndUse {
         let mut path = Path::new(RATE, 40 * MS, 4 * BDP);
+        path.jitter = jitter;
         let mut cc = Bbr::new(
             config,
             path.now,
@@ -2135,38 +2204,123 @@ mod tests {
         );
         let start = path.now + Duration::from_secs(3);
         let end = path.now + Duration::from_secs(12);
-        let (mut max_queue, mut busy, mut steps) = (0, 0u64, 0u64);
+        let (mut largest, mut sum, mut busy, mut steps) = (0, 0u64, 0u64, 0u64);
         while path.now < end {
             path.step(&mut cc);
             if path.now < start || cc.state() == State::ProbeRtt {
                 continue;
             }
             let queue = bytes_in(RATE, path.link_free.saturating_duration_since(path.now));
-            max_queue = max_queue.max(queue);
+            largest = largest.max(queue);
+            sum += queue;
             steps += 1;
             busy += u64::from(path.link_free > path.now);
         }
-        (max_queue, busy as f64 / steps.max(1) as f64)
+        let steps = steps.max(1);
+        let result = QueueAndUse {
+            largest,
+            mean: sum / steps,
+            busy: busy as f64 / steps as f64,
+        };
+        eprintln!(
+            "{config:?}, jitter {jitter:?}: queue largest {} B, mean {} B; link busy {:.2} %",
+            result.largest,
+            result.mean,
+            result.busy * 100.0
+        );
+        result
     }
 
     #[test]
-    fn probe_bw_keeps_a_small_queue_and_the_link_full() {
-        // tern's rules: the probe ends with 1.25 × the pipe in flight and cruising keeps at
-        // most 1.5 × BDP, so the queue stays below half a BDP.
-        let (queue, utilisation) = probe_bw_queue_and_utilisation(&BbrConfig::default());
-        // The draft's: the probe holds its extra 25 % until the bandwidth has stopped growing
-        // for three rounds, with room for 2.25 × BDP.
-        let (draft_queue, draft_utilisation) =
-            probe_bw_queue_and_utilisation(&BbrConfig::default().low_queue(false));
-        eprintln!(
-            "largest queue {queue} B, link busy {:.1} %; draft's rules: {draft_queue} B, {:.1} %",
-            utilisation * 100.0,
-            draft_utilisation * 100.0
+    fn short_probe_keeps_a_small_queue_on_a_clean_path() {
+        // The probe ends with 1.25 × the pipe in flight, so the queue stays below half a BDP.
+        let tern = probe_bw_queue_and_use(&BbrConfig::default(), Duration::ZERO);
+        // The draft's probe holds its extra 25 % until the bandwidth has stopped growing for
+        // three rounds; the smaller window alone does not stop that.
+        let window_only =
+            probe_bw_queue_and_use(&BbrConfig::default().short_probe(false), Duration::ZERO);
+        let draft = probe_bw_queue_and_use(&BbrConfig::default().low_queue(false), Duration::ZERO);
+        assert!(tern.largest < BDP / 2, "{}", tern.largest);
+        assert!(window_only.largest > 3 * BDP / 4, "{}", window_only.largest);
+        assert!(draft.largest > 3 * BDP / 4, "{}", draft.largest);
+        assert!(
+            2 * tern.mean < window_only.mean,
+            "{} {}",
+            tern.mean,
+            window_only.mean
         );
-        assert!(queue < BDP / 2, "queue {queue} (BDP {BDP})");
-        assert!(draft_queue > 3 * BDP / 4, "draft's queue {draft_queue}");
-        assert!(utilisation > 0.97, "utilisation {utilisation:.3}");
-        assert!(draft_utilisation > 0.97, "{draft_utilisation:.3}");
+    }
+
+    #[test]
+    fn small_steady_window_bounds_the_queue_of_a_high_estimate_and_keeps_the_link_busy() {
+        // 8 ms of in-order jitter: delivery-rate samples scatter, the max filter reads high,
+        // and cruising at that rate fills the window. 1.5 × BDP holds the mean queue to about
+        // 0.4 BDP, 2 × BDP to about 0.7.
+        let jitter = 8 * MS;
+        let tern = probe_bw_queue_and_use(&BbrConfig::default(), jitter);
+        let probe_only =
+            probe_bw_queue_and_use(&BbrConfig::default().small_steady_window(false), jitter);
+        assert!(tern.mean < BDP / 2, "{}", tern.mean);
+        assert!(
+            10 * tern.mean < 7 * probe_only.mean,
+            "{} {}",
+            tern.mean,
+            probe_only.mean
+        );
+        // Yet the window still covers the jitter: at a cwnd gain of 1 the link idled 10 % of
+        // the time here (26 % with 20 ms of jitter).
+        for jitter in [jitter, 20 * MS] {
+            let tern = probe_bw_queue_and_use(&BbrConfig::default(), jitter);
+            assert!(tern.busy > 0.97, "{jitter:?}: {:.3}", tern.busy);
+        }
+    }
+
+    /// Seconds from the bottleneck's rate doubling (3 s into a flow on a 10 Mbit/s path
+    /// with `base_rtt` and `jitter`) until the bandwidth estimate is within 10 % of it.
+    fn time_to_find_a_doubled_rate(
+        config: &BbrConfig,
+        base_rtt: Duration,
+        jitter: Duration,
+    ) -> f64 {
+        let mut path = Path::new(RATE, base_rtt, 8 * BDP);
+        path.jitter = jitter;
+        let mut cc = Bbr::new(
+            config,
+            path.now,
+            &PathInfo::new(MSS as u16, Duration::from_millis(100), 0),
+        );
+        path.run(&mut cc, Duration::from_secs(3), |_, _| {});
+        path.rate = 2 * RATE;
+        let step = path.now;
+        let mut found = None;
+        path.run(&mut cc, Duration::from_secs(30), |cc, now| {
+            if found.is_none() && within(cc.max_bandwidth(), 2 * RATE, 0.1) {
+                found = Some(now);
+            }
+        });
+        found.map_or(f64::INFINITY, |at| (at - step).as_secs_f64())
+    }
+
+    #[test]
+    fn short_probe_finds_more_bandwidth_about_as_fast_as_the_drafts() {
+        // While the probe finds more, each round's delivery rate raises max_bw and with it the
+        // level UP must reach, so UP keeps growing by 25 % a round as the draft's does. A wrong
+        // early exit would leave a doubling to the next probes, 2–3 s apart.
+        for rtt in [10 * MS, 40 * MS, 100 * MS] {
+            for jitter in [Duration::ZERO, 8 * MS] {
+                let tern = time_to_find_a_doubled_rate(&BbrConfig::default(), rtt, jitter);
+                let draft = time_to_find_a_doubled_rate(
+                    &BbrConfig::default().low_queue(false),
+                    rtt,
+                    jitter,
+                );
+                eprintln!("RTT {rtt:?}, jitter {jitter:?}: {tern:.2} s, draft's {draft:.2} s");
+                assert!(
+                    tern < draft + 0.5,
+                    "{rtt:?} {jitter:?}: {tern:.2} s, {draft:.2} s"
+                );
+            }
+        }
     }
 
     #[test]
