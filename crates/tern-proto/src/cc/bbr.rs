@@ -417,6 +417,8 @@ pub struct Bbr {
     loss_round_delivered: u64,
     loss_round_start: bool,
     round_signals: RoundSignals,
+    /// The lowest RTT of the last loss round judged: the queue signal at a round's very start.
+    prev_round_min_rtt: Option<Duration>,
     /// Delivered count when the current loss round began.
     loss_round_base: u64,
     /// The round that just ended had loss (or CE above the threshold).
@@ -514,6 +516,7 @@ impl Bbr {
             loss_round_delivered: 0,
             loss_round_start: false,
             round_signals: RoundSignals::default(),
+            prev_round_min_rtt: None,
             loss_round_base: 0,
             congestion_in_round: false,
             min_rtt: None,
@@ -981,6 +984,7 @@ impl Bbr {
             self.handle_inflight_too_high(rs.is_app_limited, rs.tx_in_flight);
         }
         self.adapt_lower_bounds_from_congestion();
+        self.prev_round_min_rtt = signals.min_rtt;
         self.round_signals = RoundSignals::default();
         self.loss_round_base = self.delivered;
         self.congestion_in_round = false;
@@ -1210,17 +1214,18 @@ impl Bbr {
     /// Draft `IsInflightTooHigh`: more than [`LOSS_THRESHOLD`] of what was in flight lost.
     /// With [`BbrConfig::short_term_loss_threshold`], also either more than random loss at
     /// that rate would plausibly give (`Bbr::loss_beyond_random`) or a queue standing through
-    /// the round so far (`Bbr::queue_was_standing`), as an overflowing drop-tail buffer has:
-    /// on a 90-datagram window at 1 % random loss, two losses in one flight (over 2 %) come in
-    /// about one window of four, so nearly every probe cut `inflight_hi` to what was in flight,
-    /// and cruising at 85 % of that left the link idle (tern-netem's `lte` profile, 30 Mbit/s
-    /// × 35 ms: 0.86–0.94 × kernel BBR's throughput, 0.93–0.99 × with the test).
+    /// the round so far (`Bbr::queue_was_standing`; at a round's very start, the round before),
+    /// as an overflowing drop-tail buffer has. On a 90-datagram window at 1 % random loss, two
+    /// losses in one flight (over 2 %) come in about one window of four, so nearly every probe
+    /// cut `inflight_hi` to what was in flight, and cruising at 85 % of that left the link idle
+    /// (tern-netem's `lte` profile, 30 Mbit/s × 35 ms: 0.86–0.94 × kernel BBR's throughput,
+    /// 0.93–0.99 × with the test).
     fn is_inflight_too_high(&self, lost: u64, tx_in_flight: u64) -> bool {
         let above_threshold = lost > 0 && lost as f64 > tx_in_flight as f64 * LOSS_THRESHOLD;
         above_threshold
             && (!self.config.short_term_loss_threshold
                 || self.loss_beyond_random(lost, tx_in_flight)
-                || self.queue_was_standing(self.round_signals.min_rtt))
+                || self.queue_was_standing(self.round_signals.min_rtt.or(self.prev_round_min_rtt)))
     }
 
     /// Draft `BBRHandleInflightTooHigh`: cut `inflight_hi` once per probe, end UP.
