@@ -939,6 +939,13 @@ impl Bbr {
         round >= min.saturating_add(threshold)
     }
 
+    /// tern's test of a loss (with [`BbrConfig::short_term_loss_threshold`]): `lost` of `total`
+    /// bytes is beyond random loss (`Bbr::loss_beyond_random`), or came while a queue stood
+    /// (`Bbr::queue_was_standing` of `round_min_rtt`), as it does when a buffer overflows.
+    fn loss_is_congestive(&self, lost: u64, total: u64, round_min_rtt: Option<Duration>) -> bool {
+        self.loss_beyond_random(lost, total) || (lost > 0 && self.queue_was_standing(round_min_rtt))
+    }
+
     /// Whether `lost` of `total` bytes sent in one round is more than random loss at
     /// [`LOSS_THRESHOLD`] would plausibly give: above its mean by over two standard deviations
     /// (a binomial count in datagrams). At 1 % random loss a round of 80 datagrams loses two
@@ -969,11 +976,8 @@ impl Bbr {
         let ecn_too_high = ce_fraction(signals.ce_packets, delivered, self.mss) > ECN_THRESHOLD;
         let loss_rate = ratio(signals.lost, delivered.saturating_add(signals.lost));
         self.congestion_in_round = if self.config.short_term_loss_threshold {
-            let queue = self.queue_was_standing(signals.min_rtt);
             let total = delivered.saturating_add(signals.lost);
-            self.loss_beyond_random(signals.lost, total)
-                || ecn_too_high
-                || (signals.lost > 0 && queue)
+            self.loss_is_congestive(signals.lost, total, signals.min_rtt) || ecn_too_high
         } else {
             signals.lost > 0 || ecn_too_high
         };
@@ -1221,11 +1225,11 @@ impl Bbr {
     /// (tern-netem's `lte` profile, 30 Mbit/s × 35 ms: 0.86–0.94 × kernel BBR's throughput,
     /// 0.93–0.99 × with the test).
     fn is_inflight_too_high(&self, lost: u64, tx_in_flight: u64) -> bool {
-        let above_threshold = lost > 0 && lost as f64 > tx_in_flight as f64 * LOSS_THRESHOLD;
-        above_threshold
+        let round_min_rtt = self.round_signals.min_rtt.or(self.prev_round_min_rtt);
+        lost > 0
+            && lost as f64 > tx_in_flight as f64 * LOSS_THRESHOLD
             && (!self.config.short_term_loss_threshold
-                || self.loss_beyond_random(lost, tx_in_flight)
-                || self.queue_was_standing(self.round_signals.min_rtt.or(self.prev_round_min_rtt)))
+                || self.loss_is_congestive(lost, tx_in_flight, round_min_rtt))
     }
 
     /// Draft `BBRHandleInflightTooHigh`: cut `inflight_hi` once per probe, end UP.
@@ -2046,8 +2050,12 @@ mod tests {
         }
 
         fn bbr(&self) -> Bbr {
+            self.bbr_with(&BbrConfig::default())
+        }
+
+        fn bbr_with(&self, config: &BbrConfig) -> Bbr {
             Bbr::new(
-                &BbrConfig::default(),
+                config,
                 self.now,
                 &PathInfo::new(MSS as u16, Duration::from_millis(100), 0),
             )
@@ -2229,11 +2237,7 @@ mod tests {
     fn probe_bw_queue_and_use(config: &BbrConfig, jitter: Duration) -> QueueAndUse {
         let mut path = Path::new(RATE, 40 * MS, 4 * BDP);
         path.jitter = jitter;
-        let mut cc = Bbr::new(
-            config,
-            path.now,
-            &PathInfo::new(MSS as u16, Duration::from_millis(100), 0),
-        );
+        let mut cc = path.bbr_with(config);
         let start = path.now + Duration::from_secs(3);
         let end = path.now + Duration::from_secs(12);
         let (mut largest, mut sum, mut busy, mut steps) = (0, 0u64, 0u64, 0u64);
@@ -2340,11 +2344,7 @@ mod tests {
     ) -> f64 {
         let mut path = Path::new(RATE, base_rtt, 8 * BDP);
         path.jitter = jitter;
-        let mut cc = Bbr::new(
-            config,
-            path.now,
-            &PathInfo::new(MSS as u16, Duration::from_millis(100), 0),
-        );
+        let mut cc = path.bbr_with(config);
         path.run(&mut cc, Duration::from_secs(3), |_, _| {});
         path.rate = 2 * RATE;
         let step = path.now;
