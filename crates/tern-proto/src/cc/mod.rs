@@ -345,8 +345,10 @@ pub enum Algorithm {
     Cubic,
     /// UDT's native rate-based DAIMD control (udt4's CUDTCC), initial window 16 (PaUDT).
     Udt,
-    /// Copa (NSDI 2018), delay-based, for cellular links; with δ = [`copa::TERN_DELTA`] (the
-    /// paper's 0.5 keeps tern's ACK bursts from filling the link: see [`copa`]).
+    /// Copa (NSDI 2018), delay-based, for cellular links, as [`CopaConfig::tern`] tunes it:
+    /// δ = [`copa::TERN_DELTA`] (the paper's 0.5 keeps tern's ACK bursts from filling the
+    /// link), and the median RTT with a 2 ms noise floor so that radio jitter is not read as
+    /// a queue (see [`copa`]).
     Copa,
     /// BBR with v3 semantics (draft-ietf-ccwg-bbr), model-based.
     Bbr,
@@ -388,11 +390,7 @@ impl Algorithm {
             }
             Algorithm::Cubic => Arc::new(CubicConfig::default().initial_window_packets(packets)),
             Algorithm::Udt => Arc::new(UdtConfig::default().initial_window_packets(packets)),
-            Algorithm::Copa => Arc::new(
-                CopaConfig::default()
-                    .delta(copa::TERN_DELTA)
-                    .initial_window_packets(packets),
-            ),
+            Algorithm::Copa => Arc::new(CopaConfig::tern().initial_window_packets(packets)),
             Algorithm::Bbr => Arc::new(BbrConfig::default().initial_window_packets(packets)),
             Algorithm::Explicit => Arc::new(ExplicitConfig::default().fallback(Arc::new(
                 CubicConfig::default().initial_window_packets(packets),
@@ -410,7 +408,7 @@ impl Algorithm {
                 CubicConfig::default().initial_window_packets(DEFAULT_INITIAL_WINDOW_PACKETS),
             ),
             Algorithm::Udt => Arc::new(UdtConfig::default()),
-            Algorithm::Copa => Arc::new(CopaConfig::default().delta(copa::TERN_DELTA)),
+            Algorithm::Copa => Arc::new(CopaConfig::tern()),
             Algorithm::Bbr => Arc::new(BbrConfig::default()),
             Algorithm::Explicit => Arc::new(ExplicitConfig::default()),
         }

@@ -59,12 +59,129 @@ impl Windowed {
         self.samples.front().map(|&(_, s)| s)
     }
 
-    /// The extreme as of the latest trim (without trimming: for `&self` callers).
-    pub(crate) fn front(&self) -> Option<Duration> {
-        self.samples.front().map(|&(_, s)| s)
+    pub(crate) fn clear(&mut self) {
+        self.samples.clear();
+    }
+}
+
+/// Most samples a [`WindowedQuantile`] keeps: at high ACK rates its window is the newest this
+/// many samples rather than the whole time span, which keeps a read O(this).
+const MAX_QUANTILE_SAMPLES: usize = 256;
+
+/// A low quantile of the RTT samples of a sliding time window (Copa's delay level on tern).
+///
+/// Unlike a windowed minimum, one lucky sample does not set it: under in-order radio jitter
+/// a lone packet sees the bare path while every packet of a dense flight waits behind the one
+/// before, so the minimum belongs to a path the flow never sees while it sends.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WindowedQuantile {
+    /// (time, sample), times increasing.
+    samples: VecDeque<(Instant, Duration)>,
+    scratch: Vec<Duration>,
+}
+
+impl WindowedQuantile {
+    pub(crate) fn push(&mut self, now: Instant, sample: Duration) {
+        let now = self.samples.back().map_or(now, |&(t, _)| t.max(now));
+        self.samples.push_back((now, sample));
+        if self.samples.len() > MAX_QUANTILE_SAMPLES {
+            self.samples.pop_front();
+        }
+    }
+
+    /// The `quantile` (0 = the minimum) of the samples of the last `window` before `now` (the
+    /// newest sample if all are older), and how many samples it was taken over.
+    pub(crate) fn get(
+        &mut self,
+        now: Instant,
+        window: Duration,
+        quantile: f64,
+    ) -> Option<(Duration, usize)> {
+        while self.samples.len() > 1
+            && self
+                .samples
+                .front()
+                .is_some_and(|&(t, _)| now.saturating_duration_since(t) > window)
+        {
+            self.samples.pop_front();
+        }
+        if self.samples.is_empty() {
+            return None;
+        }
+        self.scratch.clear();
+        self.scratch.extend(self.samples.iter().map(|&(_, s)| s));
+        let n = self.scratch.len();
+        // Index ⌊q·n⌋, so fewer than 1/q samples give their minimum.
+        let index = ((quantile.clamp(0.0, 1.0) * n as f64) as usize).min(n - 1);
+        let (_, value, _) = self.scratch.select_nth_unstable(index);
+        Some((*value, n))
     }
 
     pub(crate) fn clear(&mut self) {
         self.samples.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cc::testing::epoch;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn quantile_of_the_samples_in_the_window() {
+        let mut q = WindowedQuantile::default();
+        let t = epoch();
+        assert_eq!(q.get(t, 10 * MS, 0.5), None);
+        // Samples 10, 9, …, 1 ms, one per ms.
+        for i in 0..10u32 {
+            q.push(t + i * MS, (10 - i) * MS);
+        }
+        let now = t + 9 * MS;
+        assert_eq!(q.get(now, 20 * MS, 0.0), Some((MS, 10)));
+        // ⌊0.5 × 10⌋ = index 5 of 1..=10 ms.
+        assert_eq!(q.get(now, 20 * MS, 0.5), Some((6 * MS, 10)));
+        assert_eq!(q.get(now, 20 * MS, 1.0), Some((10 * MS, 10)));
+        // The window keeps the samples of the last 4 ms: 5, 4, 3, 2, 1 ms.
+        assert_eq!(q.get(now, 4 * MS, 0.5), Some((3 * MS, 5)));
+        // Fewer than 1 / q samples give their minimum.
+        assert_eq!(q.get(now + 6 * MS, 2 * MS, 0.25), Some((MS, 1)));
+        q.clear();
+        assert_eq!(q.get(now, 4 * MS, 0.5), None);
+    }
+
+    #[test]
+    fn a_lone_low_sample_sets_a_minimum_but_not_a_quantile() {
+        let mut min = Windowed::new(false);
+        let mut q = WindowedQuantile::default();
+        let t = epoch();
+        for i in 0..20u32 {
+            let sample = if i == 7 {
+                40 * MS
+            } else {
+                46 * MS + (i % 3) * MS
+            };
+            min.push(t + i * MS, sample);
+            q.push(t + i * MS, sample);
+        }
+        let now = t + 19 * MS;
+        assert_eq!(min.get(now, 30 * MS), Some(40 * MS));
+        assert_eq!(q.get(now, 30 * MS, 0.5).map(|(s, _)| s), Some(47 * MS));
+    }
+
+    #[test]
+    fn the_newest_samples_are_kept_at_high_rates() {
+        let mut q = WindowedQuantile::default();
+        let t = epoch();
+        for i in 0..(2 * MAX_QUANTILE_SAMPLES as u32) {
+            q.push(t, Duration::from_micros(u64::from(i)));
+        }
+        let (_, n) = q.get(t, 10 * MS, 0.0).expect("samples");
+        assert_eq!(n, MAX_QUANTILE_SAMPLES);
+        assert_eq!(
+            q.get(t, 10 * MS, 0.0).map(|(s, _)| s),
+            Some(Duration::from_micros(MAX_QUANTILE_SAMPLES as u64))
+        );
     }
 }
