@@ -8,6 +8,17 @@ use std::time::{Duration, Instant};
 /// Most samples a windowed filter keeps.
 const MAX_SAMPLES: usize = 4096;
 
+/// Drops the samples older than `window` before `now`, but never the newest.
+fn trim(samples: &mut VecDeque<(Instant, Duration)>, now: Instant, window: Duration) {
+    while samples.len() > 1
+        && samples
+            .front()
+            .is_some_and(|&(t, _)| now.saturating_duration_since(t) > window)
+    {
+        samples.pop_front();
+    }
+}
+
 /// A windowed minimum (or maximum) of RTT samples, as a monotonic deque.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Windowed {
@@ -48,14 +59,7 @@ impl Windowed {
     /// The extreme of the samples of the last `window` before `now` (the newest sample if all
     /// are older).
     pub(crate) fn get(&mut self, now: Instant, window: Duration) -> Option<Duration> {
-        while self.samples.len() > 1
-            && self
-                .samples
-                .front()
-                .is_some_and(|&(t, _)| now.saturating_duration_since(t) > window)
-        {
-            self.samples.pop_front();
-        }
+        trim(&mut self.samples, now, window);
         self.samples.front().map(|&(_, s)| s)
     }
 
@@ -97,14 +101,7 @@ impl WindowedQuantile {
         window: Duration,
         quantile: f64,
     ) -> Option<(Duration, usize)> {
-        while self.samples.len() > 1
-            && self
-                .samples
-                .front()
-                .is_some_and(|&(t, _)| now.saturating_duration_since(t) > window)
-        {
-            self.samples.pop_front();
-        }
+        trim(&mut self.samples, now, window);
         if self.samples.is_empty() {
             return None;
         }
