@@ -237,8 +237,9 @@ pub struct Copa {
     srtt: Duration,
     /// Samples of the standing window (`srtt / 2`); `RTTstanding` is their configured quantile.
     standing: WindowedQuantile,
-    /// `RTTstanding` as of the latest ACK (pacing reads it).
-    last_standing: Option<Duration>,
+    /// `RTTstanding` as of the latest RTT sample (pacing reads it), with the time it was
+    /// taken at, so that the same ACK frame's window update reuses it.
+    last_standing: Option<(Instant, Duration)>,
     /// Windowed minimum of the standing levels of windows with at least [`LEVEL_MIN_SAMPLES`]
     /// samples: `RTTmin` when the quantile is above 0.
     level_min: Windowed,
@@ -318,9 +319,16 @@ impl Copa {
 
     /// `RTTstanding` and `RTTmin` as of `now`, if there are samples.
     pub fn rtts(&mut self, now: Instant) -> Option<(Duration, Duration)> {
-        let (standing, _) = self
-            .standing
-            .get(now, self.srtt / 2, self.config.standing_quantile)?;
+        // The level the frame's RTT sample just computed, if it is of this instant: the
+        // quantile is a selection over the window, not worth doing twice per ACK frame.
+        let standing = match self.last_standing {
+            Some((at, level)) if at == now => level,
+            _ => {
+                self.standing
+                    .get(now, self.srtt / 2, self.config.standing_quantile)?
+                    .0
+            }
+        };
         let min = match self.level_min.get(now, MIN_RTT_WINDOW) {
             Some(level) if self.config.standing_quantile > 0.0 => level,
             _ => self.min.get(now, MIN_RTT_WINDOW)?,
@@ -337,7 +345,7 @@ impl Copa {
             self.standing
                 .get(now, self.srtt / 2, self.config.standing_quantile)
         {
-            self.last_standing = Some(level);
+            self.last_standing = Some((now, level));
             if samples >= LEVEL_MIN_SAMPLES {
                 self.level_min.push(now, level);
             }
@@ -606,7 +614,9 @@ impl Controller for Copa {
 
     fn pacing_rate(&self, rtt: &RttEstimator) -> Option<u64> {
         // RTTstanding as of the latest ACK (the filter is only trimmed on ACKs).
-        let standing = self.last_standing.unwrap_or_else(|| rtt.smoothed());
+        let standing = self
+            .last_standing
+            .map_or_else(|| rtt.smoothed(), |(_, level)| level);
         let secs = standing.as_secs_f64().max(1e-6);
         Some(((2.0 * self.cwnd / secs) as u64).max(1))
     }
