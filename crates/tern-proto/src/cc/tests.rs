@@ -324,6 +324,29 @@ struct Link {
     jitter: Duration,
     /// The same for the acknowledgements on the way back (a radio uplink schedules them too).
     ack_jitter: Duration,
+    /// From this time on (since the start), the bottleneck rate is this many bytes per second
+    /// (a cell's capacity collapsing, or coming back).
+    step: Option<(Duration, f64)>,
+}
+
+impl Link {
+    /// The bottleneck rate `elapsed` after the start.
+    fn rate_at(&self, elapsed: Duration) -> f64 {
+        match self.step {
+            Some((at, rate)) if elapsed >= at => rate,
+            _ => self.rate,
+        }
+    }
+
+    /// Bytes the bottleneck can carry in the first `duration`.
+    fn capacity(&self, duration: Duration) -> f64 {
+        match self.step {
+            Some((at, rate)) if at < duration => {
+                self.rate * at.as_secs_f64() + rate * (duration - at).as_secs_f64()
+            }
+            _ => self.rate * duration.as_secs_f64(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -334,6 +357,8 @@ struct Outcome {
     loss_rate: f64,
     /// Mean queueing delay seen by delivered packets.
     mean_queue: Duration,
+    /// 95th percentile of the queueing delay of delivered packets.
+    p95_queue: Duration,
     metrics: Option<Metrics>,
     /// Bytes sent per [`BUCKET`].
     buckets: Vec<u64>,
@@ -390,6 +415,7 @@ fn simulate_with(
     let mut last_progress = start;
     let (mut sent, mut lost, mut delivered) = (0u64, 0u64, 0u64);
     let mut queue_total = Duration::ZERO;
+    let mut queue_delays = Vec::new();
     let mut last_arrival = start;
     let mut last_ack = start;
     let mut buckets = vec![0u64; (duration.as_nanos() / BUCKET.as_nanos()) as usize + 1];
@@ -423,11 +449,12 @@ fn simulate_with(
                 }
                 sent += 1;
                 // Drop-tail queue, then the radio link.
-                let backlog = busy_until.saturating_duration_since(now).as_secs_f64() * link.rate;
+                let rate = link.rate_at(now - start);
+                let backlog = busy_until.saturating_duration_since(now).as_secs_f64() * rate;
                 let mut queue_delay = None;
                 if backlog + SIZE as f64 <= link.queue {
                     let begin = busy_until.max(now);
-                    busy_until = begin + Duration::from_secs_f64(SIZE as f64 / link.rate);
+                    busy_until = begin + Duration::from_secs_f64(SIZE as f64 / rate);
                     if rng.uniform() >= link.random_loss {
                         let jitter = link.jitter.mul_f64(rng.uniform());
                         last_arrival = last_arrival.max(busy_until + jitter);
@@ -473,6 +500,7 @@ fn simulate_with(
             }
             delivered += 1;
             queue_total += queue_delay.unwrap_or_default();
+            queue_delays.push(queue_delay.unwrap_or_default());
             cc.on_ack(now, sent_at, SIZE, false, &rtt);
             acked_any = true;
             largest_acked_sent = Some(sent_at);
@@ -515,8 +543,14 @@ fn simulate_with(
         }
     }
 
+    queue_delays.sort_unstable();
+    let p95_queue = queue_delays
+        .get(queue_delays.len() * 95 / 100)
+        .copied()
+        .unwrap_or_default();
     Outcome {
-        utilisation: (delivered * SIZE) as f64 / (link.rate * duration.as_secs_f64()),
+        utilisation: (delivered * SIZE) as f64 / link.capacity(duration),
+        p95_queue,
         loss_rate: lost as f64 / sent.max(1) as f64,
         mean_queue: queue_total / u32::try_from(delivered.max(1)).unwrap_or(u32::MAX),
         metrics: Some(cc.metrics()),
@@ -534,6 +568,7 @@ fn fifty_megabit(queue_bdp: f64, random_loss: f64) -> Link {
         random_loss,
         jitter: Duration::ZERO,
         ack_jitter: Duration::ZERO,
+        step: None,
     }
 }
 
@@ -644,6 +679,7 @@ fn jittery(rtt: Duration, jitter: Duration, random_loss: f64) -> Link {
         random_loss,
         jitter,
         ack_jitter: Duration::ZERO,
+        step: None,
     }
 }
 
@@ -770,6 +806,7 @@ fn ten_megabit(random_loss: f64) -> Link {
         random_loss,
         jitter: Duration::ZERO,
         ack_jitter: Duration::ZERO,
+        step: None,
     }
 }
 
@@ -819,6 +856,7 @@ fn explicit_keeps_the_stamp_on_a_radio_link_whose_delay_swings_without_a_queue()
         random_loss: 0.0,
         jitter: 20 * MS,
         ack_jitter: Duration::ZERO,
+        step: None,
     };
     let share = (rate * 0.8) as u64;
     let out = simulate_with(
@@ -991,6 +1029,7 @@ fn explicit_falls_back_to_cubic_without_stamps_and_returns_with_them() {
 fn jittery_both_ways(rtt: Duration, jitter: Duration, random_loss: f64) -> Link {
     Link {
         ack_jitter: jitter,
+        step: None,
         ..jittery(rtt, jitter, random_loss)
     }
 }
@@ -1070,5 +1109,51 @@ fn copa_keeps_the_link_under_in_order_jitter() {
         if !jitter.is_zero() {
             assert!(paper.utilisation < 0.6, "{mbps} ± {jitter:?}: {paper:?}");
         }
+    }
+}
+
+#[test]
+fn copa_drains_the_queue_a_capacity_collapse_leaves() {
+    // A cell's capacity falls tenfold or more while a full window is in flight (the shape of
+    // the 5G drive trace): every packet in flight queues behind the slower link, and the
+    // round trip becomes the queue's. The paper's per-ACK steps take v / δ packets off per
+    // round trip, and its competitive mode reads the queue that does not empty for five
+    // round trips as a buffer-filling competitor and keeps it full. tern's queue bound cuts
+    // the window to twice the delivery rate × RTTmin once the queue is four RTTmin long.
+    let duration = Duration::from_secs(20);
+    let cases = [
+        (140.0, 3.0, 36 * MS),
+        (50.0, 2.0, 60 * MS),
+        (20.0, 2.0, 80 * MS),
+    ];
+    for (before, after, rtt) in cases {
+        let rate = before * 1e6 / 8.0;
+        let link = Link {
+            rate,
+            // Two bandwidth-delay products of buffer at the rate before the fall.
+            queue: rate * rtt.as_secs_f64() * 2.0,
+            step: Some((Duration::from_secs(5), after * 1e6 / 8.0)),
+            ..jittery_both_ways(rtt, Duration::ZERO, 0.0)
+        };
+        let without = simulate(&CopaConfig::tern().queue_bound(false), link, duration, 5);
+        let with = simulate(&CopaConfig::tern(), link, duration, 5);
+        eprintln!(
+            "copa, {before} → {after} Mbit/s at 5 s, RTT {rtt:?}: without the bound {:.3} of \
+             the capacity, queue mean {:?} p95 {:?}; with it {:.3}, mean {:?} p95 {:?}",
+            without.utilisation,
+            without.mean_queue,
+            without.p95_queue,
+            with.utilisation,
+            with.mean_queue,
+            with.p95_queue
+        );
+        assert!(
+            with.utilisation >= without.utilisation - 0.01,
+            "{before} → {after}: {with:?} against {without:?}"
+        );
+        assert!(
+            with.p95_queue * 2 <= without.p95_queue,
+            "{before} → {after}: {with:?} against {without:?}"
+        );
     }
 }
