@@ -261,13 +261,29 @@ struct AckRate {
 }
 
 impl AckRate {
-    fn push(&mut self, now: Instant, bytes: u64) {
+    /// Records an ACK frame and forgets the frames that fell out of the last `window`, so
+    /// that the deque holds one window's frames rather than [`MAX_ACK_RECORDS`] of them.
+    fn push(&mut self, now: Instant, bytes: u64, window: Duration) {
         let now = self.frames.back().map_or(now, |&(t, _)| t.max(now));
         if !self.frames.is_empty() {
             self.bytes = self.bytes.saturating_add(bytes);
         }
         self.frames.push_back((now, bytes));
         if self.frames.len() > MAX_ACK_RECORDS {
+            self.pop_oldest();
+        }
+        self.trim(now, window);
+    }
+
+    /// Drops the oldest frames while the next one is at least `window` old: the oldest kept
+    /// marks where the span starts.
+    fn trim(&mut self, now: Instant, window: Duration) {
+        while self.frames.len() > 2
+            && self
+                .frames
+                .get(1)
+                .is_some_and(|&(t, _)| now.saturating_duration_since(t) >= window)
+        {
             self.pop_oldest();
         }
     }
@@ -282,14 +298,7 @@ impl AckRate {
     /// Bytes per second acknowledged over the last `window` before `now`, if the frames kept
     /// span at least half of it (a shorter span is one burst of ACKs, not a rate).
     fn get(&mut self, now: Instant, window: Duration) -> Option<f64> {
-        while self.frames.len() > 2
-            && self
-                .frames
-                .get(1)
-                .is_some_and(|&(t, _)| now.saturating_duration_since(t) >= window)
-        {
-            self.pop_oldest();
-        }
+        self.trim(now, window);
         let (&(first, _), &(last, _)) = (self.frames.front()?, self.frames.back()?);
         let span = last.saturating_duration_since(first);
         (!span.is_zero() && span >= window / 2).then(|| self.bytes as f64 / span.as_secs_f64())
@@ -672,7 +681,7 @@ impl Controller for Copa {
         let limited = std::mem::replace(&mut self.batch_app_limited, true);
         self.batch_newest = None;
         if bytes > 0 {
-            self.ack_rate.push(now, bytes);
+            self.ack_rate.push(now, bytes, self.srtt);
         }
         self.on_round(now);
         if bytes > 0 {
@@ -1259,21 +1268,21 @@ mod tests {
         assert_eq!(rate.get(t0, 100 * MS), None);
         // 12 000 bytes every 10 ms: 1.2 MB/s.
         for i in 0..=30u32 {
-            rate.push(t0 + i * 10 * MS, 12_000);
+            rate.push(t0 + i * 10 * MS, 12_000, 100 * MS);
         }
         let now = t0 + 300 * MS;
         let got = rate.get(now, 100 * MS).expect("a rate");
         assert!((got - 1.2e6).abs() < 1.0, "{got}");
         // The rate falls tenfold: after one window the old frames no longer count.
         for i in 1..=20u32 {
-            rate.push(now + i * 10 * MS, 1_200);
+            rate.push(now + i * 10 * MS, 1_200, 100 * MS);
         }
         let got = rate.get(now + 200 * MS, 100 * MS).expect("a rate");
         assert!((got - 1.2e5).abs() < 1.0, "{got}");
         // One burst of frames within a moment is no rate.
         let mut burst = AckRate::default();
-        burst.push(t0, 1_200);
-        burst.push(t0 + MS, 1_200);
+        burst.push(t0, 1_200, 100 * MS);
+        burst.push(t0 + MS, 1_200, 100 * MS);
         assert_eq!(burst.get(t0 + MS, 100 * MS), None);
     }
 
