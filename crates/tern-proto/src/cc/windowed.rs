@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 /// Most samples a windowed filter keeps.
 const MAX_SAMPLES: usize = 4096;
 
-/// Drops the samples older than `window` before `now`, but never the newest.
-fn trim(samples: &mut VecDeque<(Instant, Duration)>, now: Instant, window: Duration) {
-    while samples.len() > 1
+/// Drops the samples older than `window` before `now`, but never the newest `keep` (at
+/// least one).
+fn trim(samples: &mut VecDeque<(Instant, Duration)>, now: Instant, window: Duration, keep: usize) {
+    while samples.len() > keep.max(1)
         && samples
             .front()
             .is_some_and(|&(t, _)| now.saturating_duration_since(t) > window)
@@ -59,7 +60,7 @@ impl Windowed {
     /// The extreme of the samples of the last `window` before `now` (the newest sample if all
     /// are older).
     pub(crate) fn get(&mut self, now: Instant, window: Duration) -> Option<Duration> {
-        trim(&mut self.samples, now, window);
+        trim(&mut self.samples, now, window, 1);
         self.samples.front().map(|&(_, s)| s)
     }
 
@@ -93,15 +94,17 @@ impl WindowedQuantile {
         }
     }
 
-    /// The `quantile` (0 = the minimum) of the samples of the last `window` before `now` (the
-    /// newest sample if all are older), and how many samples it was taken over.
+    /// The `quantile` (0 = the minimum) of the samples of the last `window` before `now`,
+    /// reaching further back if need be to take in the newest `min_samples` (as many as there
+    /// are, if fewer), and how many samples it was taken over.
     pub(crate) fn get(
         &mut self,
         now: Instant,
         window: Duration,
         quantile: f64,
+        min_samples: usize,
     ) -> Option<(Duration, usize)> {
-        trim(&mut self.samples, now, window);
+        trim(&mut self.samples, now, window, min_samples);
         if self.samples.is_empty() {
             return None;
         }
@@ -130,22 +133,42 @@ mod tests {
     fn quantile_of_the_samples_in_the_window() {
         let mut q = WindowedQuantile::default();
         let t = epoch();
-        assert_eq!(q.get(t, 10 * MS, 0.5), None);
+        assert_eq!(q.get(t, 10 * MS, 0.5, 1), None);
         // Samples 10, 9, …, 1 ms, one per ms.
         for i in 0..10u32 {
             q.push(t + i * MS, (10 - i) * MS);
         }
         let now = t + 9 * MS;
-        assert_eq!(q.get(now, 20 * MS, 0.0), Some((MS, 10)));
+        assert_eq!(q.get(now, 20 * MS, 0.0, 1), Some((MS, 10)));
         // ⌊0.5 × 10⌋ = index 5 of 1..=10 ms.
-        assert_eq!(q.get(now, 20 * MS, 0.5), Some((6 * MS, 10)));
-        assert_eq!(q.get(now, 20 * MS, 1.0), Some((10 * MS, 10)));
+        assert_eq!(q.get(now, 20 * MS, 0.5, 1), Some((6 * MS, 10)));
+        assert_eq!(q.get(now, 20 * MS, 1.0, 1), Some((10 * MS, 10)));
         // The window keeps the samples of the last 4 ms: 5, 4, 3, 2, 1 ms.
-        assert_eq!(q.get(now, 4 * MS, 0.5), Some((3 * MS, 5)));
+        assert_eq!(q.get(now, 4 * MS, 0.5, 1), Some((3 * MS, 5)));
         // Fewer than 1 / q samples give their minimum.
-        assert_eq!(q.get(now + 6 * MS, 2 * MS, 0.25), Some((MS, 1)));
+        assert_eq!(q.get(now + 6 * MS, 2 * MS, 0.25, 1), Some((MS, 1)));
         q.clear();
-        assert_eq!(q.get(now, 4 * MS, 0.5), None);
+        assert_eq!(q.get(now, 4 * MS, 0.5, 1), None);
+    }
+
+    #[test]
+    fn a_lone_late_sample_is_not_the_level_when_samples_are_few() {
+        let mut q = WindowedQuantile::default();
+        let t = epoch();
+        // Sparse samples, as in slow start: 36 ms every 5 ms, then one late sample of 47 ms
+        // and one of 37 ms, alone in the last 10 ms.
+        for i in 0..6u32 {
+            q.push(t + 5 * i * MS, 36 * MS);
+        }
+        q.push(t + 40 * MS, 47 * MS);
+        q.push(t + 48 * MS, 37 * MS);
+        let now = t + 48 * MS;
+        // Over the window alone the upper of the two is the median.
+        assert_eq!(q.clone().get(now, 10 * MS, 0.5, 1), Some((47 * MS, 2)));
+        // Taken over at least four samples, the late one is an outlier.
+        assert_eq!(q.clone().get(now, 10 * MS, 0.5, 4), Some((37 * MS, 4)));
+        // A window that holds enough samples is not widened: 40 ms hold six.
+        assert_eq!(q.get(now, 40 * MS, 0.5, 4), Some((36 * MS, 6)));
     }
 
     #[test]
@@ -164,7 +187,7 @@ mod tests {
         }
         let now = t + 19 * MS;
         assert_eq!(min.get(now, 30 * MS), Some(40 * MS));
-        assert_eq!(q.get(now, 30 * MS, 0.5).map(|(s, _)| s), Some(47 * MS));
+        assert_eq!(q.get(now, 30 * MS, 0.5, 1).map(|(s, _)| s), Some(47 * MS));
     }
 
     #[test]
@@ -174,10 +197,10 @@ mod tests {
         for i in 0..(2 * MAX_QUANTILE_SAMPLES as u32) {
             q.push(t, Duration::from_micros(u64::from(i)));
         }
-        let (_, n) = q.get(t, 10 * MS, 0.0).expect("samples");
+        let (_, n) = q.get(t, 10 * MS, 0.0, 1).expect("samples");
         assert_eq!(n, MAX_QUANTILE_SAMPLES);
         assert_eq!(
-            q.get(t, 10 * MS, 0.0).map(|(s, _)| s),
+            q.get(t, 10 * MS, 0.0, 1).map(|(s, _)| s),
             Some(Duration::from_micros(MAX_QUANTILE_SAMPLES as u64))
         );
     }
