@@ -1039,7 +1039,6 @@ fn explicit_falls_back_to_cubic_without_stamps_and_returns_with_them() {
 fn jittery_both_ways(rtt: Duration, jitter: Duration, random_loss: f64) -> Link {
     Link {
         ack_jitter: jitter,
-        step: None,
         ..jittery(rtt, jitter, random_loss)
     }
 }
