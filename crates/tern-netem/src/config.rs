@@ -89,7 +89,8 @@ pub struct DirectionConfig {
     /// `router=ncr`: the F12 explicit-rate router (`tern_proto::router`) at the queue's
     /// entrance, lowering the Feedback Rate of tern packets (see [`crate::ncr`]). Its capacity
     /// is the direction's rate (a trace's rate over the last 100 ms), not `capacity_bps`.
-    /// `None`: no router. Tuned by `ncr_alpha=`, `ncr_interval=`, `ncr_rtt=`, `ncr_cid=`.
+    /// `None`: no router. Tuned by `ncr_alpha=`, `ncr_interval=`, `ncr_rtt=`, `ncr_phase=`,
+    /// `ncr_cid=`.
     pub router: Option<tern_proto::router::RouterConfig>,
 }
 
@@ -120,7 +121,7 @@ impl Default for DirectionConfig {
 pub const KEYS: &str = "delay=20ms jitter=1ms rate=10mbit trace=FILE loss=1% \
 ge=P_GB,P_BG[,LOSS_GOOD,LOSS_BAD] bursty=LOSS,MEAN_BURST outage=AT+FOR[/EVERY]|off \
 fade=MEAN_GOOD,MEAN_BAD[,LOSS_BAD]|off queue=100kB|64pkt|50ms|unlimited reorder=P,DELAY duplicate=P corrupt=P ecn=30kB|20pkt|5ms|bleach|ect1|off mtu=9000|off seed=N up=true|false router=ncr|off \
-ncr_alpha=0.98 ncr_interval=10ms ncr_rtt=100ms ncr_cid=8";
+ncr_alpha=0.98 ncr_interval=10ms ncr_rtt=100ms ncr_phase=0.25 ncr_cid=8";
 
 impl DirectionConfig {
     /// A pass-through direction (no delay, no loss, unlimited rate).
@@ -256,6 +257,15 @@ impl DirectionConfig {
             "ncr_rtt" => {
                 let d = units::parse_duration(value)?;
                 self.router.get_or_insert_with(Default::default).control_rtt = d;
+            }
+            "ncr_phase" => {
+                let k: f64 = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|k: &f64| k.is_finite() && *k >= 0.0)
+                    .ok_or_else(|| Error::Parse(format!("ncr_phase={value}: want a gain ≥ 0")))?;
+                self.router.get_or_insert_with(Default::default).phase_gain = k;
             }
             "ncr_cid" => {
                 let len: usize = value
@@ -477,8 +487,8 @@ impl fmt::Display for DirectionConfig {
         if let Some(r) = &self.router {
             write!(
                 f,
-                " router ncr (α {} interval {:?} rtt {:?} cid {})",
-                r.target_utilisation, r.interval, r.control_rtt, r.cid_len
+                " router ncr (α {} interval {:?} rtt {:?} phase {} cid {})",
+                r.target_utilisation, r.interval, r.control_rtt, r.phase_gain, r.cid_len
             )?;
         }
         if self.reorder > 0.0 {

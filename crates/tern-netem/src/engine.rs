@@ -186,6 +186,9 @@ impl DirectionEngine {
             router.set_capacity(capacity, now);
         }
         router.tick(now, queued);
+        if let Some(wait) = self.shaper.wait(now) {
+            router.set_wait(wait);
+        }
         if matches!(
             crate::ncr::offer(router, &mut self.tern_flows, now, packet),
             Stamp::Lowered { .. }
@@ -504,11 +507,13 @@ mod tests {
         e.offer(udp4(&tern_initial(), true), at, |_, _| {});
     }
 
+    // These tests offer packets back to back, so each waits behind the one before; the phase
+    // term (`ncr_phase`, its own test below) is off to read the plain share.
     #[test]
     fn ncr_stamps_only_flows_it_saw_a_tern_handshake_on() {
         use tern_proto::wire::read_feedback_rate;
         let t0 = origin();
-        let mut e = DirectionEngine::new(config("rate=10mbit,router=ncr"), 1, t0);
+        let mut e = DirectionEngine::new(config("rate=10mbit,router=ncr,ncr_phase=0"), 1, t0);
         // A QUIC 1-RTT packet whose spin bit is set and whose protected reserved bits
         // happen to be zero has a tern short header's shape: untouched on an unknown flow.
         let quic_like = udp4(&tern(8, u32::MAX), true);
@@ -538,12 +543,12 @@ mod tests {
     fn ncr_lowers_the_feedback_rate_and_keeps_the_udp_checksum_valid() {
         use tern_proto::wire::read_feedback_rate;
         let t0 = origin();
-        let mut e = DirectionEngine::new(config("rate=1mbit,router=ncr"), 1, t0);
+        let mut e = DirectionEngine::new(config("rate=1mbit,router=ncr,ncr_phase=0"), 1, t0);
         learn(&mut e, t0);
         let mut got = Vec::new();
         // 8- and 7-byte CIDs: the field at an even and at an odd offset.
         for (cid_len, expected) in [(8, u32::MAX), (8, 300), (7, u32::MAX)] {
-            let mut c = config("rate=1mbit,router=ncr");
+            let mut c = config("rate=1mbit,router=ncr,ncr_phase=0");
             if cid_len != 8 {
                 c.apply(&format!("ncr_cid={cid_len}")).unwrap();
                 e = DirectionEngine::new(c, 1, t0);
@@ -570,10 +575,30 @@ mod tests {
     }
 
     #[test]
+    fn ncr_stamps_a_packet_that_waits_a_little_less() {
+        use tern_proto::wire::read_feedback_rate;
+        let t0 = origin();
+        // 1 Mbit/s: the 88-byte handshake packet is on the wire for 704 µs.
+        let mut e = DirectionEngine::new(config("rate=1mbit,router=ncr"), 1, t0);
+        learn(&mut e, t0);
+        let mut got = Vec::new();
+        // Behind it: 0.704 ms of wait, 1 − 0.25 · 0.704 / 100 of α·C, rounded down.
+        e.offer(udp4(&tern(8, u32::MAX), true), t0, |_, d| got.push(d));
+        // Once the wire is free: α·C.
+        let later = t0 + Duration::from_millis(50);
+        e.offer(udp4(&tern(8, u32::MAX), true), later, |_, d| got.push(d));
+        let rates: Vec<_> = got
+            .iter()
+            .map(|d| read_feedback_rate(&d[28..], 8).unwrap())
+            .collect();
+        assert_eq!(rates, vec![978, 980]);
+    }
+
+    #[test]
     fn ncr_leaves_zero_checksums_other_udp_and_garbage_alone() {
         use tern_proto::wire::read_feedback_rate;
         let t0 = origin();
-        let mut e = DirectionEngine::new(config("rate=10mbit,router=ncr"), 1, t0);
+        let mut e = DirectionEngine::new(config("rate=10mbit,router=ncr,ncr_phase=0"), 1, t0);
         learn(&mut e, t0);
         let mut got = Vec::new();
         // No UDP checksum: the field is lowered, the checksum stays zero.
@@ -620,8 +645,9 @@ mod tests {
     fn ncr_settings_parse() {
         let c = config("router=ncr");
         assert_eq!(c.router, Some(tern_proto::router::RouterConfig::default()));
-        let c = config("ncr_alpha=95%,ncr_interval=20ms,ncr_rtt=150ms,ncr_cid=4");
+        let c = config("ncr_alpha=95%,ncr_interval=20ms,ncr_rtt=150ms,ncr_phase=0.5,ncr_cid=4");
         let r = c.router.expect("tuning turns it on");
+        assert_eq!(r.phase_gain, 0.5);
         assert_eq!(r.target_utilisation, 0.95);
         assert_eq!(r.interval, Duration::from_millis(20));
         assert_eq!(r.control_rtt, Duration::from_millis(150));
@@ -631,6 +657,8 @@ mod tests {
         assert!(c.apply("router=magic").is_err());
         assert!(c.apply("ncr_cid=21").is_err());
         assert!(c.apply("ncr_alpha=0").is_err());
+        assert!(c.apply("ncr_phase=-1").is_err());
+        assert!(c.apply("ncr_phase=nan").is_err());
         // An unlimited direction has no capacity to share: no router runs.
         let t0 = origin();
         let mut e = DirectionEngine::new(config("router=ncr"), 1, t0);

@@ -307,6 +307,20 @@ impl Shaper {
         }
     }
 
+    /// How long a packet offered at `now` would wait before its first byte is sent, on a
+    /// constant-rate link (`None` on a trace, whose next opportunity is not a wait of the
+    /// queue's).
+    pub fn wait(&self, now: Instant) -> Option<Duration> {
+        match self.rate {
+            RateModel::Unlimited => Some(Duration::ZERO),
+            RateModel::Constant(_) => Some(
+                self.busy_until
+                    .map_or(Duration::ZERO, |busy| busy.saturating_duration_since(now)),
+            ),
+            RateModel::Trace(_) => None,
+        }
+    }
+
     /// `(bytes, packets)` in the queue at `now`.
     pub fn queue(&mut self, now: Instant) -> (usize, usize) {
         self.drain(now);
@@ -452,6 +466,24 @@ mod tests {
         assert_eq!(s.queue(t0 + ms(1)), (1500, 1));
         // Idle gap, then a fresh start.
         assert_eq!(s.offer(1500, t0 + ms(10)), Some(t0 + ms(11)));
+    }
+
+    #[test]
+    fn wait_is_the_time_until_the_wire_frees() {
+        let t0 = origin();
+        let mut s = Shaper::new(RateModel::Constant(12_000_000), QueueLimit::UNLIMITED, t0);
+        assert_eq!(s.wait(t0), Some(Duration::ZERO));
+        s.offer(1500, t0);
+        s.offer(1500, t0);
+        // Two packets of 1 ms: one arriving 0.5 ms in waits the rest of both.
+        assert_eq!(
+            s.wait(t0 + Duration::from_micros(500)),
+            Some(Duration::from_micros(1500))
+        );
+        assert_eq!(s.wait(t0 + ms(3)), Some(Duration::ZERO));
+        // Unlimited: never a wait.
+        let u = Shaper::new(RateModel::Unlimited, QueueLimit::UNLIMITED, t0);
+        assert_eq!(u.wait(t0), Some(Duration::ZERO));
     }
 
     #[test]

@@ -29,8 +29,12 @@
 //! (`0xFFFFFFFF`) weighs 1. Each of its packets is stamped with
 //!
 //! ```text
-//! r_i = min(w_i · R, e_i, C)          (written in kbit/s, at least 1; only if lower)
+//! r_i = min(w_i · R, e_i, C) · (1 − min(k · wait / d, 0.1))
+//!                                      (written in kbit/s, at least 1; only if lower)
 //! ```
+//!
+//! where `wait` is how long this packet will wait before its first byte is sent, if the driver
+//! says ([`Router::set_wait`]; 0 otherwise), and `k` the phase gain ("Phase spreading" below).
 //!
 //! and every [`RouterConfig::interval`] `T` (measured: `Δ` since the last update) `R` follows
 //! an RCP-style proportional–integral law on the spare capacity and the queue:
@@ -78,6 +82,29 @@
 //!   immediately; flows limited elsewhere make it too low for a moment, and the loop then
 //!   raises `R` by up to `e^(a·Δ/d)` per interval (×1.5 per `d`). Leaves need no such step:
 //!   the spare term sees them within one interval.
+//!
+//! # Phase spreading
+//!
+//! On a slow link a packet takes long to send (1 481 bytes are 11.8 ms at 1 Mbit/s). Flows
+//! paced at their right rates still collide: a packet that arrives while another is on the
+//! wire waits for the rest of it, on average `ρ·S/2` (about 5.7 ms at 96 % load) when the
+//! flows' phases are independent, and NC-TCP's ≤ 2 ms mean wait is then out of reach
+//! whatever `R` is. Only phases held apart avoid it, and a router that stamps the same rate
+//! into every flow's packets has no hold on phases: they drift as `R` moves, since each
+//! flow follows a change at its own moment.
+//!
+//! So a packet that will wait `wait` is stamped `k · wait / d` less (`k` =
+//! [`DEFAULT_PHASE_GAIN`] = 0.25, at most [`MAX_PHASE_CUT`] = 10 % less). Its sender slows for
+//! about a round trip and its later packets arrive later, by about `k · wait · RTT / d`: the
+//! flow that arrived into another's packet slides behind it, the other keeps its phase, and
+//! when no packet waits every flow is stamped its share again. A cut only ever lowers a
+//! stamp (§4.8), and over time each flow waits as often as the next, so shares are kept.
+//! `tern-sim/tests/router.rs` (tern senders, 1 Mbit/s), mean wait without → with: three flows
+//! started together 3.7 ms → 0, unequal RTTs 2.7 ms → 0, three staggered 2.7 → 0.1 ms, ten
+//! flows on 10 Mbit/s 0.74 → 0.02 ms, the parking lot 3.8 / 2.3 → 3.8 / 2.4 ms; weighted
+//! flows (155 / 310 / 465 kbit/s) 3.0 → 5.7 ms, because flows of different rates have
+//! different periods and cannot keep apart. `k` = 0.5 gave the same for equal flows, 1.0
+//! oscillated (three flows together 4.1 ms).
 //!
 //! # Constants and why
 //!
@@ -144,6 +171,10 @@ pub const DEFAULT_WEIGHT_UNIT_BPS: u64 = 1_000_000;
 pub const DEFAULT_MIN_WEIGHT: f64 = 1.0 / 1000.0;
 /// Default [`RouterConfig::max_weight`].
 pub const DEFAULT_MAX_WEIGHT: f64 = 1000.0;
+/// Default [`RouterConfig::phase_gain`] (k).
+pub const DEFAULT_PHASE_GAIN: f64 = 0.25;
+/// The phase term lowers a stamp by at most this share.
+pub const MAX_PHASE_CUT: f64 = 0.1;
 /// Default [`RouterConfig::flow_timeout`].
 pub const DEFAULT_FLOW_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default [`RouterConfig::max_flows`].
@@ -188,6 +219,10 @@ pub struct RouterConfig {
     pub max_flows: usize,
     /// Connection-ID length used to parse short headers (§4.7): the deployment's, 8 by default.
     pub cid_len: usize,
+    /// Phase gain `k`: a datagram that will wait `w` before its first byte is sent (told by
+    /// [`Router::set_wait`]) is stamped `1 − min(k·w/d, `[`MAX_PHASE_CUT`]`)` of its flow's
+    /// rate, so that the flows whose packets collide drift apart (module docs).
+    pub phase_gain: f64,
 }
 
 impl Default for RouterConfig {
@@ -213,7 +248,15 @@ impl RouterConfig {
             flow_timeout: DEFAULT_FLOW_TIMEOUT,
             max_flows: DEFAULT_MAX_FLOWS,
             cid_len: DEFAULT_CID_LEN,
+            phase_gain: DEFAULT_PHASE_GAIN,
         }
+    }
+
+    /// Sets the phase gain (0: every flow of a weight is stamped the same rate).
+    #[must_use]
+    pub fn with_phase_gain(mut self, gain: f64) -> Self {
+        self.phase_gain = gain;
+        self
     }
 
     /// Sets the capacity.
@@ -447,6 +490,8 @@ pub struct Router {
     queue_sum: f64,
     queue_samples: u64,
     last_queue: usize,
+    /// What the driver said the next datagram will wait ([`Router::set_wait`]).
+    pending_wait: Option<Duration>,
     flows: BTreeMap<FlowKey, Flow>,
     /// Σ weights of the tracked flows.
     total_weight: f64,
@@ -474,6 +519,7 @@ impl Router {
             queue_sum: 0.0,
             queue_samples: 0,
             last_queue: 0,
+            pending_wait: None,
             flows: BTreeMap::new(),
             total_weight: 0.0,
             stats,
@@ -504,6 +550,14 @@ impl Router {
         self.update(now);
     }
 
+    /// Tells the router how long the datagram about to be offered to
+    /// [`on_datagram`](Self::on_datagram) will wait before its first byte is sent (the
+    /// remaining transmission of the packet on the wire and of those queued ahead). Optional:
+    /// without it, every flow of a weight is stamped the same rate.
+    pub fn set_wait(&mut self, wait: Duration) {
+        self.pending_wait = Some(wait);
+    }
+
     /// Counts `bytes` of traffic that is not a UDP payload (other IP packets) as load.
     pub fn on_other(&mut self, now: Instant, bytes: usize) {
         self.update(now);
@@ -516,6 +570,7 @@ impl Router {
     /// allowed rate (never raised). Anything else is left untouched. Never panics.
     pub fn on_datagram(&mut self, now: Instant, datagram: &mut [u8]) -> Stamp {
         self.update(now);
+        let wait = self.pending_wait.take();
         let len = datagram.len() as u64;
         self.interval_bytes = self.interval_bytes.saturating_add(len);
         self.stats.bytes = self.stats.bytes.saturating_add(len);
@@ -535,7 +590,7 @@ impl Router {
         let weight = self.config.weight(area.expected_kbps);
         self.interval_min_weight = self.interval_min_weight.min(weight);
         self.track(flow, area.expected_kbps, weight, len, now);
-        let rate = self.allowed(area.expected_kbps, weight);
+        let rate = self.allowed(area.expected_kbps, weight) * self.phase_factor(wait);
         let to_kbps = kbps(rate);
         let from_kbps = u32::from_be_bytes([field[0], field[1], field[2], field[3]]);
         if to_kbps < from_kbps {
@@ -600,6 +655,14 @@ impl Router {
     }
 
     /// `min(w·R, e, C)`, at least [`MIN_RATE_BPS`].
+    /// The share of its rate a flow whose datagram waits `wait` is stamped: `1 − min(k·w/d,`
+    /// [`MAX_PHASE_CUT`]`)`.
+    fn phase_factor(&self, wait: Option<Duration>) -> f64 {
+        let k = sane(self.config.phase_gain, DEFAULT_PHASE_GAIN).max(0.0);
+        let w = wait.map_or(0.0, |w| w.as_secs_f64());
+        1.0 - (k * w / self.config.d()).min(MAX_PHASE_CUT)
+    }
+
     fn allowed(&self, expected_kbps: u32, weight: f64) -> f64 {
         let mut r = (weight * self.rate).min(self.config.capacity_bps as f64);
         if expected_kbps != NO_RATE_LIMIT {
@@ -1074,6 +1137,7 @@ mod tests {
                             h.backlog_bytes -= size;
                         }
                         h.router.tick(now, h.backlog_bytes);
+                        h.router.set_wait(h.busy_until.saturating_sub(t));
                         h.router.on_datagram(now, &mut data);
                         let start = t.max(h.busy_until);
                         let dep =
@@ -1389,6 +1453,32 @@ mod tests {
         // At link 0, A counts as a fraction of a flow: N̂ between 1 and 2.
         let n = o.routers[0].effective_flows;
         assert!((1.2..1.6).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn a_datagram_that_waits_is_stamped_a_little_less() {
+        let t0 = origin();
+        let mut r = Router::new(RouterConfig::new(1_000_000), t0);
+        let stamp = |r: &mut Router, wait: Option<Duration>| {
+            if let Some(w) = wait {
+                r.set_wait(w);
+            }
+            let mut p = packet(&[1; 8], 0, NO_RATE_LIMIT, NO_RATE_LIMIT, 100);
+            r.on_datagram(t0, &mut p);
+            read_feedback_rate(&p, 8).expect("stamped")
+        };
+        // α·C = 980 kbit/s with no wait, told or not.
+        assert_eq!(stamp(&mut r, None), 980);
+        assert_eq!(stamp(&mut r, Some(Duration::ZERO)), 980);
+        // 10 ms behind the packet on the wire: 1 − 0.25 · 10 / 100 = 97.5 %.
+        assert_eq!(stamp(&mut r, Some(Duration::from_millis(10))), 955);
+        // The wait is the next datagram's only.
+        assert_eq!(stamp(&mut r, None), 980);
+        // At most 10 % off, whatever the wait.
+        assert_eq!(stamp(&mut r, Some(Duration::from_secs(5))), 882);
+        // Gain 0: every flow of a weight gets the same stamp.
+        let mut r = Router::new(RouterConfig::new(1_000_000).with_phase_gain(0.0), t0);
+        assert_eq!(stamp(&mut r, Some(Duration::from_millis(10))), 980);
     }
 
     #[test]

@@ -802,6 +802,10 @@ impl Link {
             router.set_capacity(rate, now);
         }
         router.tick(now, self.backlog_bytes);
+        router.set_wait(
+            self.busy_until
+                .map_or(Duration::ZERO, |busy| busy.saturating_duration_since(now)),
+        );
         if matches!(
             router.on_datagram(now, data),
             tern_proto::router::Stamp::Lowered { .. }
