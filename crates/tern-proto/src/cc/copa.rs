@@ -44,8 +44,6 @@
 //!    nearly empty at least once in the last five RTTs, a buffer-filling flow is present and
 //!    Copa switches to competitive mode, where `1/δ` follows AIMD: +1 per RTT, halved on a loss
 //!    (once per RTT), never below `1/δ_default`. Back in default mode δ returns to its default.
-//!    (tern's Copa first checks with a drain whether the queue is its own: "The drain check"
-//!    below.)
 //!
 //! Pacing is at `2 × cwnd / RTTstanding`, as in the paper (twice the window's rate: pacing
 //! spreads the packets without ever limiting the window), and [`Controller::window`] is
@@ -167,45 +165,10 @@
 //! fortyfold fall after 5 s, two bandwidth-delay products of buffer), the p95 queueing delay
 //! of the packets sent from a second after the fall goes from 1.70 s to 319 ms (140 → 3
 //! Mbit/s, 36 ms), from 1.46 s to 358 ms (50 → 2, 60 ms) and from 678 to 338 ms (20 → 2, 80
-//! ms), with the same throughput. What stood then was competitive mode's: at 2–3 Mbit/s
+//! ms), with the same throughput. What stands then is competitive mode's: at 2–3 Mbit/s
 //! Copa's own 1/δ = 10 datagrams are 30–50 ms, more than a tenth of the RTT spread, so the
-//! queue never looked nearly empty (the drain check below ends that). On the 5G drive
+//! queue never looks nearly empty (a known limit, docs/BENCHMARKS.md). On the 5G drive
 //! trace the p95 went from 1.8–2.0 to 0.10–0.15 × kernel BBR's.
-//!
-//! # The drain check
-//!
-//! The paper's test for a competitor — the queue has not been nearly empty, under a tenth of
-//! `RTTmax − RTTmin`, for five RTTs — misfires when Copa's own queue is the larger part of
-//! that spread: at low rates (1/δ = 10 datagrams are 17 ms at 7 Mbit/s, 40–60 ms at 2–3), and
-//! when two tern Copa flows share a link (each keeps its 10 datagrams, so the queue never
-//! empties). Competitive mode then grows 1/δ by one per RTT with nobody to compete with: on
-//! the Verizon drive trace it switched on about 20 times in a 10 s run, and after a capacity
-//! collapse it held 320–360 ms of queue in the link simulation.
-//!
-//! tern's Copa ([`CopaConfig::drain_check`]) asks the link before it believes the test. When
-//! the test fires, it holds its window at [`DRAIN_GAIN`] × the delivery rate × `RTTmin` (half
-//! the bandwidth-delay product at its current share) for up to `RTTstanding + RTTmin`: the
-//! queue it had leaves, and the packets sent meanwhile find whatever queue is not its own.
-//! If the queue falls under the noise floor, the flow was alone: default mode stays. If it
-//! stands throughout, it belongs to another flow: competitive mode. Either way the window
-//! goes back to where it was. Checks are at least [`DRAIN_SPACING`] × five RTTs apart; in
-//! between, the test's verdict is the last check's. Two things keep this from starving Copa
-//! next to a buffer filler:
-//! - a CUBIC flow's queue can empty for a moment after its loss, so a check passed at such a
-//!   moment would leave Copa in default mode for many RTTs; but a buffer filler overflows the
-//!   buffer, and Copa sees those losses. With a loss reported in the last 10 s the paper's
-//!   rule applies unchanged, without a check (so on a lossy radio link, nothing changes);
-//! - the verdict "emptied" needs the queue under the noise floor, not merely under a tenth
-//!   of the spread, which a buffer filler's queue also reaches after each of its losses.
-//!
-//! In the link simulation (`copa_drains_the_queue_a_capacity_collapse_leaves`) the p95
-//! queueing delay from a second after the fall went from 319 to 95 ms (140 → 3 Mbit/s),
-//! 358 to 142 ms (50 → 2) and 338 to 136 ms (20 → 2), at 0.913 / 0.925 / 0.941 of the
-//! capacity against 0.919 / 0.928 / 0.955. In `tern-sim`, Copa next to CUBIC keeps its share
-//! (27.1 / 21.6 Mbit/s, Jain 0.987; 25.1 / 23.6 without the check) and two Copa flows share
-//! as before (Jain 0.988 against 0.992). Checking without the loss rule starved Copa next
-//! to CUBIC (12–17 of 50 Mbit/s): the checks' cuts, every five RTTs, gave CUBIC room, and
-//! some checks passed in the moment after CUBIC's loss.
 //!
 //! [`Classic`]: super::Classic
 
@@ -280,23 +243,6 @@ pub const RTT_MAX_ROUNDS: u32 = 4;
 
 /// Competitive mode starts when the queue was not nearly empty for this many RTTs.
 pub const COMPETITIVE_ROUNDS: u32 = 5;
-
-/// A drain check holds the window at this share of the delivery rate × `RTTmin`.
-pub const DRAIN_GAIN: f64 = 0.5;
-
-/// Drain checks are at least this many × [`COMPETITIVE_ROUNDS`] RTTs apart; in between, a
-/// queue that has not looked nearly empty for [`COMPETITIVE_ROUNDS`] RTTs is taken for what
-/// the last check found.
-pub const DRAIN_SPACING: u32 = 4;
-
-/// A drain check under way ([`CopaConfig::drain_check`]).
-#[derive(Debug, Clone, Copy)]
-struct Drain {
-    /// The check ends here if the queue has not looked nearly empty by then.
-    until: Instant,
-    /// The window before the drain, restored after it.
-    restore: f64,
-}
 
 /// Initial and minimum windows, in datagrams.
 const INITIAL_WINDOW_PACKETS: u32 = 10;
@@ -411,14 +357,6 @@ pub struct Copa {
     batch_newest: Option<Instant>,
     /// Time the queue was last nearly empty (or the controller started).
     last_nearly_empty: Instant,
-    /// The drain check under way, if any.
-    drain: Option<Drain>,
-    /// When the last drain check started.
-    last_drain: Option<Instant>,
-    /// The last drain check found a queue that was not ours.
-    competitor_seen: bool,
-    /// When a loss was last reported.
-    last_loss: Option<Instant>,
     srtt: Duration,
     /// Samples of the standing window (`srtt / 2`); `RTTstanding` is their configured quantile.
     standing: WindowedQuantile,
@@ -467,10 +405,6 @@ impl Copa {
             batch_app_limited: true,
             batch_newest: None,
             last_nearly_empty: now,
-            drain: None,
-            last_drain: None,
-            competitor_seen: false,
-            last_loss: None,
             srtt: info.initial_rtt,
             standing: WindowedQuantile::default(),
             last_standing: None,
@@ -645,65 +579,16 @@ impl Copa {
             .max(standing);
         let dq = self.queue_delay(standing, min).as_secs_f64();
         let spread = rtt_max.saturating_sub(min).as_secs_f64();
-        let nearly_empty = dq <= NEARLY_EMPTY * spread;
-        if nearly_empty {
+        if dq <= NEARLY_EMPTY * spread {
             self.last_nearly_empty = now;
         }
-        let overdue =
+        let competitive =
             now.saturating_duration_since(self.last_nearly_empty) > self.srtt * COMPETITIVE_ROUNDS;
-        let competitive = if let Some(drain) = self.drain {
-            // Emptied: no queue above the noise floor, not merely a small share of the spread
-            // (a buffer filler's queue dips to that after each of its losses).
-            let emptied = dq == 0.0;
-            if !emptied && now < drain.until {
-                return;
-            }
-            // The queue emptied while we held back (we were alone), or it stood through the
-            // drain (another flow's): either way the window goes back to where it was.
-            self.drain = None;
-            self.set_cwnd(self.cwnd.max(drain.restore));
-            self.competitor_seen = !emptied;
-            self.competitor_seen
-        } else if !self.config.drain_check || !overdue || self.lost_recently(now) {
-            overdue
-        } else if self.last_drain.is_none_or(|t| {
-            now.saturating_duration_since(t) > self.srtt * (COMPETITIVE_ROUNDS * DRAIN_SPACING)
-        }) {
-            self.start_drain(now, standing, min);
-            return;
-        } else {
-            self.competitor_seen
-        };
         if competitive != self.competitive {
             self.competitive = competitive;
             self.delta = self.config.delta;
             self.loss_in_round = false;
         }
-    }
-
-    /// Whether a loss was seen in the last [`MIN_RTT_WINDOW`]: a buffer filler overflows the
-    /// buffer, so with losses about, a standing queue is taken for one without a drain check.
-    fn lost_recently(&self, now: Instant) -> bool {
-        self.last_loss
-            .is_some_and(|t| now.saturating_duration_since(t) <= MIN_RTT_WINDOW)
-    }
-
-    /// Starts a drain check: the window falls to [`DRAIN_GAIN`] × the delivery rate × `min`
-    /// and is held there until the queue looks nearly empty or `standing` + `min` has passed.
-    fn start_drain(&mut self, now: Instant, standing: Duration, min: Duration) {
-        let restore = self.cwnd;
-        let drained = self
-            .ack_rate
-            .get(now, self.srtt)
-            .map_or(self.cwnd / 2.0, |rate| {
-                DRAIN_GAIN * rate * min.as_secs_f64()
-            });
-        self.set_cwnd(self.cwnd.min(drained));
-        self.drain = Some(Drain {
-            until: now + standing + min,
-            restore,
-        });
-        self.last_drain = Some(now);
     }
 
     /// The per-ACK window update (paper §2.1 steps 1–3, and slow start).
@@ -712,10 +597,6 @@ impl Copa {
             return;
         };
         self.update_mode(now, standing, min);
-        if self.drain.is_some() {
-            // Held low until the drain check ends.
-            return;
-        }
         let queue = self.queue_delay(standing, min);
         if queue.is_zero() && standing > min {
             self.in_noise_band = true;
@@ -846,7 +727,7 @@ impl Controller for Copa {
         persistent_congestion: bool,
         rtt: &RttEstimator,
     ) {
-        let _ = lost_bytes;
+        let _ = (now, lost_bytes);
         self.srtt = rtt.smoothed();
         if persistent_congestion {
             self.persistent_congestion_events += 1;
@@ -862,10 +743,8 @@ impl Controller for Copa {
             self.max.clear();
             self.ack_rate.clear();
             self.round_start = None;
-            self.drain = None;
             return;
         }
-        self.last_loss = Some(now);
         let new_round = self
             .last_loss_reaction
             .is_none_or(|t| largest_lost_sent > t);
@@ -943,7 +822,6 @@ pub struct CopaConfig {
     standing_quantile: f64,
     noise_floor: Duration,
     queue_bound: bool,
-    drain_check: bool,
 }
 
 impl Default for CopaConfig {
@@ -955,7 +833,6 @@ impl Default for CopaConfig {
             standing_quantile: 0.0,
             noise_floor: Duration::ZERO,
             queue_bound: false,
-            drain_check: false,
         }
     }
 }
@@ -1033,23 +910,9 @@ impl CopaConfig {
         self.queue_bound
     }
 
-    /// Whether a queue that has not looked nearly empty for [`COMPETITIVE_ROUNDS`] RTTs is
-    /// first tested with a drain before competitive mode is taken ("The drain check" in the
-    /// module doc). Off, the default, is the paper's; on in tern's Copa.
-    pub fn drain_check(mut self, on: bool) -> Self {
-        self.drain_check = on;
-        self
-    }
-
-    /// Whether the drain check is on.
-    pub fn get_drain_check(&self) -> bool {
-        self.drain_check
-    }
-
     /// tern's Copa ([`Algorithm::Copa`](super::Algorithm::Copa), `--cc copa`): δ =
     /// [`TERN_DELTA`], the median as the standing RTT ([`TERN_STANDING_QUANTILE`]), a
-    /// [`TERN_NOISE_FLOOR`] of 2 ms, the queue bound ([`CopaConfig::queue_bound`]) and the
-    /// drain check ([`CopaConfig::drain_check`]).
+    /// [`TERN_NOISE_FLOOR`] of 2 ms and the queue bound ([`CopaConfig::queue_bound`]).
     /// [`CopaConfig::default`] is the paper's.
     pub fn tern() -> Self {
         Self::default()
@@ -1057,7 +920,6 @@ impl CopaConfig {
             .standing_quantile(TERN_STANDING_QUANTILE)
             .noise_floor(TERN_NOISE_FLOOR)
             .queue_bound(true)
-            .drain_check(true)
     }
 }
 
@@ -1288,72 +1150,6 @@ mod tests {
         }
         assert!(!cc.is_competitive());
         assert_eq!(cc.delta(), 0.5);
-    }
-
-    #[test]
-    fn a_queue_that_never_looks_empty_is_drained_before_competitive_mode() {
-        let rtt = rtt_with(40 * MS, 52 * MS);
-        let tern = || {
-            let mut cc = Copa::new(
-                &CopaConfig::tern(),
-                epoch(),
-                &PathInfo::new(MSS as u16, 40 * MS, 0),
-            );
-            cc.slow_start = false;
-            cc
-        };
-        // One ACK per ms; returns the smallest window seen.
-        let feed = |cc: &mut Copa, t: &mut Instant, ms: u32, sample: Duration| {
-            let mut least = cc.cwnd;
-            for _ in 0..ms {
-                *t += MS;
-                ack(cc, *t, sample, &rtt);
-                least = least.min(cc.cwnd);
-            }
-            least
-        };
-        let mut cc = tern();
-        let mut t = epoch() + Duration::from_secs(1);
-        feed(&mut cc, &mut t, 200, 40 * MS);
-        // A lone flow whose own queue (12 ms, more than a tenth of the spread) stands for
-        // more than five RTTs: a drain check, not competitive mode.
-        cc.cwnd = 200_000.0;
-        let mut waited = 0;
-        while cc.drain.is_none() && waited < 400 {
-            feed(&mut cc, &mut t, 1, 52 * MS);
-            waited += 1;
-        }
-        let drain = cc.drain.expect("a drain check is under way");
-        assert!(waited > 5 * 52, "after five RTTs ({waited} ms)");
-        assert!(!cc.is_competitive());
-        // Held at half the delivery rate (1 packet per ms) × RTTmin (40 ms).
-        let least = feed(&mut cc, &mut t, 20, 52 * MS);
-        assert!(least <= 0.5 * 1_000.0 * MSS as f64 * 0.040 + 1.0, "{least}");
-        assert!(cc.drain.is_some());
-        // The queue goes: it was ours. The window comes back, default mode stays.
-        feed(&mut cc, &mut t, 30, 40 * MS);
-        assert!(cc.drain.is_none());
-        assert!(!cc.is_competitive());
-        assert!(cc.cwnd >= drain.restore);
-        // The next check, a few RTTs on, finds a queue that stands while we hold back:
-        // another flow's. Competitive mode.
-        feed(&mut cc, &mut t, 1_500, 52 * MS);
-        assert!(
-            cc.is_competitive(),
-            "a standing queue through a drain is a competitor's"
-        );
-        assert_eq!(cc.metrics().congestion_events, 0);
-
-        // With losses about (a buffer filler overflows the buffer), the paper's rule applies
-        // at once: no drain check.
-        let mut cc = tern();
-        let mut t = epoch() + Duration::from_secs(1);
-        feed(&mut cc, &mut t, 200, 40 * MS);
-        cc.on_sent(t, MSS, MSS);
-        cc.on_congestion_event(t, t - MS, MSS, false, &rtt);
-        feed(&mut cc, &mut t, 400, 52 * MS);
-        assert!(cc.is_competitive());
-        assert!(cc.drain.is_none() && cc.last_drain.is_none());
     }
 
     /// Copa with `config` fed ACKs of one packet per ms for `secs` seconds, the RTT sample of
