@@ -1753,14 +1753,42 @@ mod tests {
     }
 
     #[test]
+    fn a_routed_link_tells_the_router_the_wait() {
+        use tern_proto::router::RouterConfig;
+        use tern_proto::wire::read_feedback_rate;
+        let epoch = origin();
+        let cfg = LinkConfig::new(1_000_000, Duration::from_millis(10))
+            .with_queue_limit(1_000_000)
+            .with_router(RouterConfig::new(1_000_000));
+        let mut link = Link::new(cfg, 1, epoch);
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let d = Datagram {
+                data: rated(1, u32::MAX, 1200),
+                ..dgram(0, 8)
+            };
+            link.process(d, epoch, |_, d| out.push(d.data));
+        }
+        // The first finds the wire free: α·C. The second waits the first's 9.6 ms:
+        // 980 · (1 − 0.25 · 9.6 / 100), rounded down.
+        let rates: Vec<_> = out
+            .iter()
+            .map(|d| read_feedback_rate(d, 8).unwrap())
+            .collect();
+        assert_eq!(rates, vec![980, 956]);
+    }
+
+    #[test]
     fn a_routed_link_lowers_feedback_rates_and_leaves_other_datagrams_alone() {
         use tern_proto::router::RouterConfig;
         use tern_proto::wire::read_feedback_rate;
         let epoch = origin();
-        // 1 Mbit/s; the router's own capacity setting is replaced by the link's rate.
+        // 1 Mbit/s; the router's own capacity setting is replaced by the link's rate. The
+        // datagrams below are offered back to back, so each waits behind the one before:
+        // the phase term is off to read the plain shares (`a_routed_link_tells_the_router_the_wait`).
         let cfg = LinkConfig::new(1_000_000, Duration::from_millis(10))
             .with_queue_limit(1_000_000)
-            .with_router(RouterConfig::new(123));
+            .with_router(RouterConfig::new(123).with_phase_gain(0.0));
         let mut link = Link::new(cfg, 1, epoch);
         assert!(link.router_stats().is_none(), "built on first use");
         let mut out = Vec::new();
