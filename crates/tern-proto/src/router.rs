@@ -654,7 +654,6 @@ impl Router {
         })
     }
 
-    /// `min(w·R, e, C)`, at least [`MIN_RATE_BPS`].
     /// The share of its rate a flow whose datagram waits `wait` is stamped: `1 − min(k·w/d,`
     /// [`MAX_PHASE_CUT`]`)`.
     fn phase_factor(&self, wait: Option<Duration>) -> f64 {
@@ -663,6 +662,7 @@ impl Router {
         1.0 - (k * w / self.config.d()).min(MAX_PHASE_CUT)
     }
 
+    /// `min(w·R, e, C)`, at least [`MIN_RATE_BPS`].
     fn allowed(&self, expected_kbps: u32, weight: f64) -> f64 {
         let mut r = (weight * self.rate).min(self.config.capacity_bps as f64);
         if expected_kbps != NO_RATE_LIMIT {
