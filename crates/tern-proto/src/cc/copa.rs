@@ -449,16 +449,7 @@ impl Copa {
         // quantile is a selection over the window, not worth doing twice per ACK frame.
         let standing = match self.last_standing {
             Some((at, level)) if at == now => level,
-            _ => {
-                self.standing
-                    .get(
-                        now,
-                        self.srtt / 2,
-                        self.config.standing_quantile,
-                        self.standing_min_samples(),
-                    )?
-                    .0
-            }
+            _ => self.standing_level(now)?.0,
         };
         let min = match self.level_min.get(now, MIN_RTT_WINDOW) {
             Some(level) if self.config.standing_quantile > 0.0 => level,
@@ -472,17 +463,24 @@ impl Copa {
         self.standing.push(now, sample);
         self.min.push(now, sample);
         self.max.push(now, sample);
-        if let Some((level, samples)) = self.standing.get(
-            now,
-            self.srtt / 2,
-            self.config.standing_quantile,
-            self.standing_min_samples(),
-        ) {
+        if let Some((level, samples)) = self.standing_level(now) {
             self.last_standing = Some((now, level));
             if samples >= LEVEL_MIN_SAMPLES {
                 self.level_min.push(now, level);
             }
         }
+    }
+
+    /// The configured quantile of the standing window (the last `srtt / 2`, widened to
+    /// [`Copa::standing_min_samples`]) and how many samples it was taken over.
+    fn standing_level(&mut self, now: Instant) -> Option<(Duration, usize)> {
+        let min_samples = self.standing_min_samples();
+        self.standing.get(
+            now,
+            self.srtt / 2,
+            self.config.standing_quantile,
+            min_samples,
+        )
     }
 
     /// How many samples `RTTstanding` is taken over at least: [`STANDING_MIN_SAMPLES`] for a
