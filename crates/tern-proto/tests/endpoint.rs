@@ -1194,8 +1194,12 @@ fn a_packet_overtaken_by_an_update_opens_with_the_previous_key_until_it_is_disca
     let (c, s) = connect(&mut pair, true);
     let conn = pair.client.connection_mut(c).unwrap();
     let flow = conn.open_flow(Dir::Uni).unwrap();
-    // Two packets: acknowledged at once (no ACK delay), which allows an update.
+    // Two packets, the second asking for an ACK: with no answer to carry it, the ACK leaves
+    // within 1 ms (§9.5), which allows an update.
     conn.write(flow, &[3u8; 2000]).unwrap();
+    pair.exchange();
+    pair.now += Duration::from_millis(1);
+    pair.server.handle_timeout(pair.now);
     pair.exchange();
     // Two packets under generation 0, held back (reordered) while the update goes through.
     let mut held = Vec::new();
@@ -1466,7 +1470,12 @@ fn poll_transmit_appends_a_whole_datagram_or_nothing() {
     conn.write(flow, &[7u8; 60_000]).unwrap();
     let mut buf = b"earlier datagrams".to_vec();
     let mut sent = 0;
-    for _ in 0..200 {
+    // Nothing is delivered: the sender goes on through probe timeouts (and one key update
+    // if the handshake left a packet of the current key acknowledged) to the limit.
+    for _ in 0..4000 {
+        if pair.client.connection(c).is_none_or(|c| c.is_closed()) {
+            break;
+        }
         pair.now += Duration::from_millis(5);
         while let Some(t) = pair.client.poll_timeout() {
             if t > pair.now {
@@ -1533,6 +1542,69 @@ fn a_request_and_its_reply_cost_one_datagram_each_way() {
     );
     let stats = pair.server.connection(s).unwrap().stats();
     assert!(stats.ack_threshold_requested > 2, "{stats:?}");
+}
+
+#[test]
+fn a_request_of_several_packets_and_its_reply_send_no_ack_only_datagram() {
+    use tern_proto::message::MessageOptions;
+    // With an ACK every 2 packets (the default before any AckFrequency, and the only one
+    // with `max_ack_threshold` 2) the request's packets used to reach the threshold and get
+    // an ACK-only datagram before the reply could carry the ACK (§9.5, §11.1).
+    for threshold in [2, 10] {
+        let mut client = config(1, false);
+        client.connection.max_ack_threshold = threshold;
+        let mut server = config(2, true);
+        server.connection.max_ack_threshold = threshold;
+        let mut pair = Pair::new(client, server);
+        let (c, s) = connect(&mut pair, true);
+        for _ in 0..3 {
+            pair.now += Duration::from_millis(20);
+            pair.client.handle_timeout(pair.now);
+            pair.server.handle_timeout(pair.now);
+            pair.exchange();
+        }
+        let acks_before = |pair: &Pair| {
+            (
+                pair.client.connection(c).unwrap().stats().ack_only_sent,
+                pair.server.connection(s).unwrap().stats().ack_only_sent,
+            )
+        };
+        let before = acks_before(&pair);
+        let (client_before, server_before) = (pair.client_sent.len(), pair.server_sent.len());
+        for i in 0..10u8 {
+            let now = pair.now;
+            let conn = pair.client.connection_mut(c).unwrap();
+            conn.send_message(
+                now,
+                bytes::Bytes::from(vec![i; 4_000]),
+                MessageOptions::default(),
+            )
+            .unwrap();
+            pair.exchange();
+            let conn = pair.server.connection_mut(s).unwrap();
+            let request = conn.recv_message().expect("the request arrived");
+            assert_eq!(request.data.len(), 4_000);
+            let opts = MessageOptions::default().reply_to(request.id);
+            conn.send_message(now, request.data, opts).unwrap();
+            pair.exchange();
+            let conn = pair.client.connection_mut(c).unwrap();
+            assert_eq!(conn.recv_message().expect("the reply arrived").data[0], i);
+            pair.now += Duration::from_micros(200);
+        }
+        let sent = (
+            pair.client_sent.len() - client_before,
+            pair.server_sent.len() - server_before,
+        );
+        assert!(
+            sent.0 >= 30 && sent.1 >= 30,
+            "several packets a message: {sent:?}"
+        );
+        assert_eq!(
+            acks_before(&pair),
+            before,
+            "threshold {threshold}: every ACK rode on a message ({sent:?} datagrams)"
+        );
+    }
 }
 
 #[test]
@@ -1664,6 +1736,10 @@ fn a_sender_held_back_by_its_pacer_with_nothing_in_flight_wakes_when_the_pacer_a
                     received += n;
                 }
             }
+        }
+        if received == SIZE {
+            // Done at `pair.now`; the next timer may be the idle timeout.
+            break;
         }
         let next = [pair.client.poll_timeout(), pair.server.poll_timeout()]
             .into_iter()

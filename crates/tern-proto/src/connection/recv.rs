@@ -244,14 +244,15 @@ impl Connection {
         payload: &[u8],
     ) -> Result<bool, FrameError> {
         let mut ack_eliciting = false;
-        let (mut ack_request, mut app_data) = (false, false);
+        let (mut ack_request, mut app_data, mut message) = (false, false, false);
         for frame in wire::FrameIter::new(payload) {
             let frame =
                 frame.map_err(|_| (TransportErrorCode::FRAME_ENCODING_ERROR, "malformed frame"))?;
             ack_eliciting |= frame.is_ack_eliciting();
             match frame {
                 Frame::AckRequest => ack_request = true,
-                Frame::Flow(_) | Frame::Message(_) | Frame::Datagram { .. } => app_data = true,
+                Frame::Message(_) => (app_data, message) = (true, true),
+                Frame::Flow(_) | Frame::Datagram { .. } => app_data = true,
                 _ => {}
             }
             // Any frame about a flow the peer has not used yet opens it (and the lower-numbered
@@ -274,7 +275,7 @@ impl Connection {
         if ack_request {
             let max_delay = self.config.max_ack_delay;
             if let Some(path) = self.paths.get_mut(index) {
-                path.acks.on_ack_request(now, app_data, max_delay);
+                path.acks.on_ack_request(now, app_data, message, max_delay);
             }
         }
         Ok(ack_eliciting)

@@ -641,15 +641,24 @@ impl Connection {
             ack_eliciting = true;
         }
         let app_limited = !self.has_sendable_data();
+        if ack_eliciting {
+            self.paths[index].ack_request.burst += 1;
+        }
+        let request = &self.paths[index].ack_request;
         if data_allowed
             && !probing
             && ack_eliciting
             && app_limited
-            && self.paths[index].ack_request.threshold > 2
+            && (request.threshold > 2 || request.burst >= request.threshold)
         {
-            // The last packet before we fall silent: with a high AckFrequency threshold its
-            // ACK would wait for max_ack_delay.
+            // The last packet before we fall silent. With a high AckFrequency threshold its
+            // ACK would wait for max_ack_delay; after a burst of `threshold` packets or more
+            // the peer would send an ACK-only datagram at once, where the peer's answer (a
+            // reply) can carry it (§9.5). A lone packet below the threshold needs neither.
             Frame::AckRequest.encode(buf);
+        }
+        if app_limited {
+            self.paths[index].ack_request.burst = 0;
         }
         if buf.len() == payload_start {
             // Nothing to say after all: give the packet number back.

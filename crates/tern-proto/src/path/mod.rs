@@ -119,6 +119,8 @@ pub(crate) struct AckThresholdRequest {
     pub(crate) pending: bool,
     /// When the threshold was last reconsidered (at most once per smoothed RTT).
     pub(crate) checked_at: Option<Instant>,
+    /// Ack-eliciting packets sent since we last fell silent (the current burst).
+    pub(crate) burst: u32,
 }
 
 impl Default for AckThresholdRequest {
@@ -127,6 +129,7 @@ impl Default for AckThresholdRequest {
             threshold: 2,
             sequence: 0,
             pending: false,
+            burst: 0,
             checked_at: None,
         }
     }

@@ -597,8 +597,17 @@ pub(crate) struct AckTracker {
     pub(crate) largest: Option<(u64, Instant)>,
     /// Ack-eliciting packets received since the last ACK we sent.
     pub(crate) unacked_eliciting: u32,
-    /// An ACK must go out now (gap, request, CE mark, or frequency reached).
+    /// An ACK must go out now (gap, late arrival, request without data, CE mark).
     pub(crate) immediate: bool,
+    /// `threshold` ack-eliciting packets are unacknowledged: an ACK goes now unless the
+    /// sender said it fell silent (`answer_awaited`).
+    pub(crate) count_reached: bool,
+    /// The latest ack-eliciting packet carried an AckRequest with a message: its sender has
+    /// nothing more to send, so no window waits on this ACK's clock, and the answer it is
+    /// likely to get can carry the ACK within [`RESPONSE_WINDOW`].
+    pub(crate) answer_awaited: bool,
+    /// The packet being processed carried such a request (set before `on_packet`).
+    request_on_this_packet: bool,
     /// Deadline for a delayed ACK.
     pub(crate) deadline: Option<Instant>,
     /// Packet numbers to report missing at once (SLTP NACK / UDT NAK).
@@ -633,12 +642,22 @@ impl AckTracker {
 
     /// The packet being processed carried an AckRequest (§9.5). Without application data
     /// (a PTO or PMTU probe) the ACK goes at once; with data it may wait
-    /// [`RESPONSE_WINDOW`] (at most `max_delay`) for the application's answer. Called before
-    /// `on_packet` for the same packet, which keeps the earlier deadline.
-    pub(crate) fn on_ack_request(&mut self, now: Instant, app_data: bool, max_delay: Duration) {
+    /// [`RESPONSE_WINDOW`] (at most `max_delay`) for the application's answer, and with a
+    /// message (`message`: a request the application may answer) even past the ACK
+    /// threshold. A flow's sender that falls silent may be waiting on this very ACK to free
+    /// its send buffer, so flows keep the threshold. Called before `on_packet` for the same
+    /// packet, which keeps the earlier deadline.
+    pub(crate) fn on_ack_request(
+        &mut self,
+        now: Instant,
+        app_data: bool,
+        message: bool,
+        max_delay: Duration,
+    ) {
         if app_data {
             let soon = now + max_delay.min(RESPONSE_WINDOW);
             self.deadline = Some(self.deadline.map_or(soon, |d| d.min(soon)));
+            self.request_on_this_packet = message;
         } else {
             self.immediate = true;
         }
@@ -691,10 +710,12 @@ impl AckTracker {
             self.immediate = true;
         }
         self.dirty = true;
+        let answer_awaited = std::mem::take(&mut self.request_on_this_packet);
         if ack_eliciting {
+            self.answer_awaited = answer_awaited;
             self.unacked_eliciting += 1;
             if self.unacked_eliciting >= frequency {
-                self.immediate = true;
+                self.count_reached = true;
             } else if self.deadline.is_none() {
                 self.deadline = Some(now + max_delay);
             }
@@ -716,13 +737,18 @@ impl AckTracker {
 
     /// Whether an ACK should be sent at `now`.
     pub(crate) fn wants_ack(&self, now: Instant) -> bool {
-        self.dirty && (self.immediate || self.deadline.is_some_and(|d| d <= now))
+        self.dirty
+            && (self.immediate
+                || (self.count_reached && !self.answer_awaited)
+                || self.deadline.is_some_and(|d| d <= now))
     }
 
     /// An ACK was just written.
     pub(crate) fn on_ack_sent(&mut self) {
         self.unacked_eliciting = 0;
         self.immediate = false;
+        self.count_reached = false;
+        self.answer_awaited = false;
         self.deadline = None;
         self.dirty = false;
         self.nack.clear();
@@ -801,22 +827,53 @@ mod tests {
         let delay = Duration::from_millis(10);
         let mut a = AckTracker::default();
         // A request's last packet: the ACK may wait a little for the reply to carry it.
-        a.on_ack_request(now, true, delay);
+        a.on_ack_request(now, true, true, delay);
         a.on_packet(now, 0, true, None, 10, delay);
         assert!(!a.wants_ack(now));
         assert_eq!(a.deadline, Some(now + RESPONSE_WINDOW));
         assert!(a.wants_ack(now + RESPONSE_WINDOW));
         a.on_ack_sent();
         // A probe (Ping + AckRequest, no data) is answered at once.
-        a.on_ack_request(now, false, delay);
+        a.on_ack_request(now, false, false, delay);
         a.on_packet(now, 1, true, None, 10, delay);
         assert!(a.wants_ack(now));
         a.on_ack_sent();
         // Never later than the advertised max_ack_delay.
         let short = Duration::from_micros(300);
-        a.on_ack_request(now, true, short);
+        a.on_ack_request(now, true, true, short);
         a.on_packet(now, 2, true, None, 10, short);
         assert_eq!(a.deadline, Some(now + Duration::from_micros(300)));
+    }
+
+    #[test]
+    fn a_silent_sender_gets_its_ack_on_the_answer_even_past_the_threshold() {
+        let now = crate::cc::testing::epoch();
+        let delay = Duration::from_millis(10);
+        let mut a = AckTracker::default();
+        // Three packets of a request, the last one asking: the threshold of 2 is passed,
+        // but the sender has fallen silent, so the ACK waits for the reply.
+        a.on_packet(now, 0, true, None, 2, delay);
+        a.on_packet(now, 1, true, None, 2, delay);
+        a.on_ack_request(now, true, true, delay);
+        a.on_packet(now, 2, true, None, 2, delay);
+        assert!(!a.wants_ack(now));
+        assert!(a.wants_ack(now + RESPONSE_WINDOW));
+        // More data after it without a request: the sender is sending again, and its window
+        // waits on the ACK clock.
+        a.on_packet(now, 3, true, None, 2, delay);
+        assert!(a.wants_ack(now));
+        a.on_ack_sent();
+        // A gap is still reported at once, request or not.
+        a.on_ack_request(now, true, true, delay);
+        a.on_packet(now, 5, true, None, 2, delay);
+        assert!(a.wants_ack(now));
+        a.on_ack_sent();
+        // A flow's last packet keeps the threshold: its sender may be waiting on this ACK to
+        // free its send buffer, and no answer is expected.
+        a.on_packet(now, 6, true, None, 2, delay);
+        a.on_ack_request(now, true, false, delay);
+        a.on_packet(now, 7, true, None, 2, delay);
+        assert!(a.wants_ack(now));
     }
 
     #[test]
