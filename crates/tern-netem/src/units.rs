@@ -139,7 +139,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations() {
+    fn durations_take_a_unit_and_milliseconds_without_one() {
         assert_eq!(parse_duration("20ms").unwrap(), Duration::from_millis(20));
         assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
@@ -151,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn rates() {
+    fn rates_are_bits_per_second_with_si_prefixes() {
         assert_eq!(parse_rate("10mbit").unwrap(), 10_000_000);
         assert_eq!(parse_rate("10Mbit/s").unwrap(), 10_000_000);
         assert_eq!(parse_rate("660kbit").unwrap(), 660_000);
@@ -170,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn queues() {
+    fn queues_are_bytes_packets_time_or_unlimited() {
         assert_eq!(parse_queue("100kB").unwrap(), QueueSpec::Bytes(100_000));
         assert_eq!(parse_queue("64KiB").unwrap(), QueueSpec::Bytes(65_536));
         assert_eq!(parse_queue("64pkt").unwrap(), QueueSpec::Packets(64));

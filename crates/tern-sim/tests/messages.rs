@@ -362,7 +362,7 @@ fn window_close_handover_loses_nothing() {
     sim.add_link(s.ip(), c.ip(), link);
     sim.run_until_done(now + Duration::from_secs(60))
         .expect("completes");
-    let (probes, closed_events) = match sim.owner(c.ip()).map(|h| sim.node(h)) {
+    let (probes, flows_finished) = match sim.owner(c.ip()).map(|h| sim.node(h)) {
         Some(PairHost::Client(n)) => {
             let st = n
                 .endpoint
@@ -391,7 +391,10 @@ fn window_close_handover_loses_nothing() {
         rx.received_while_closed
     );
     assert!((1..=12).contains(&probes), "{probes} polls in 2 s");
-    let _ = closed_events;
+    assert_eq!(
+        flows_finished, 1,
+        "the sender saw its one flow acknowledged to the end"
+    );
 }
 
 struct WindowReceiver {

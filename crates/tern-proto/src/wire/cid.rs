@@ -152,7 +152,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn basics() {
+    fn a_connection_id_holds_up_to_20_bytes_and_prints_in_hex() {
         let cid = ConnectionId::new(&[0xde, 0xad, 0xbe, 0xef]).unwrap();
         assert_eq!(cid.len(), 4);
         assert_eq!(&*cid, &[0xde, 0xad, 0xbe, 0xef]);

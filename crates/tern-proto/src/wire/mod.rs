@@ -380,7 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn ct_eq_works() {
+    fn ct_eq_compares_contents_and_length() {
         assert!(ct_eq(b"abc", b"abc"));
         assert!(!ct_eq(b"abc", b"abd"));
         assert!(!ct_eq(b"abc", b"ab"));

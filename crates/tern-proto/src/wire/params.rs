@@ -393,7 +393,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn rejects() {
+    fn out_of_range_values_are_refused_by_name() {
         let cases: &[(&[u8], DecodeError)] = &[
             (
                 &[0x08, 2, 0x44, 0xaf],

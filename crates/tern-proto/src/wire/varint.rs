@@ -155,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn bounds() {
+    fn values_past_2_62_are_refused_and_lengths_follow_the_value() {
         assert_eq!(VarInt::from_u64(1 << 62), Err(VarIntBoundsExceeded));
         assert_eq!(VarInt::from_u64((1 << 62) - 1), Ok(VarInt::MAX));
         assert_eq!(VarInt::from_u32(u32::MAX).into_inner(), u64::from(u32::MAX));
