@@ -255,11 +255,14 @@ impl MessageReceiver {
     /// waiting for an earlier one.
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<Skipped> {
         let mut out = Vec::new();
-        let due: Vec<(MessageId, Instant)> = self
+        let mut due: Vec<(MessageId, Instant)> = self
             .partial
             .iter()
             .filter_map(|(id, m)| m.deadline.filter(|d| *d <= now).map(|d| (*id, d)))
             .collect();
+        // In ID order, not the map's: the MessageExpired events come out the same in every
+        // process, so seeded simulations stay reproducible.
+        due.sort_unstable_by_key(|(id, _)| *id);
         for (id, d) in due {
             out.extend(self.drop_message(id, now - d));
         }
@@ -364,6 +367,23 @@ mod tests {
         r.on_fragment(id, 10, 3, b"defghij", Some(d), None, 3, 100)
             .unwrap();
         assert!(r.ready.is_empty());
+    }
+
+    #[test]
+    fn messages_expiring_together_are_reported_in_id_order() {
+        let t = t0();
+        let mut r = MessageReceiver::default();
+        let d = t + Duration::from_millis(30);
+        // Enough incomplete messages that a hash map's order would differ from theirs.
+        let ids: Vec<MessageId> = (0..32).rev().map(|n| MessageId::new(false, n)).collect();
+        for id in &ids {
+            r.on_fragment(*id, 10, 0, b"abc", Some(d), None, 3, 100)
+                .unwrap();
+        }
+        let gone: Vec<MessageId> = r.expire(d).iter().map(|s| s.id).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(gone, sorted);
     }
 
     #[test]
