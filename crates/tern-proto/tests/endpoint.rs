@@ -312,8 +312,33 @@ fn retry_proves_the_address_before_the_server_keeps_state() {
     let mut server = config(2, true);
     server.retry = RetryPolicy::Always;
     let mut pair = Pair::new(config(1, false), server);
-    let (c, _s) = connect(&mut pair, true);
+    let key = pair.server.public_key();
+    let c = pair
+        .client
+        .connect(pair.now, SERVER.parse().unwrap(), Some(key))
+        .unwrap();
+    // The first Initial only: the server answers with a Retry and keeps nothing.
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let mut initial = buf[..t.size].to_vec();
+    pair.server
+        .handle(pair.now, CLIENT.parse().unwrap(), None, &mut initial);
     assert_eq!(pair.server.stats().retries_sent, 1);
+    assert_eq!(
+        pair.server.connection_count(),
+        0,
+        "no connection before the token"
+    );
+    assert_eq!(
+        pair.server.half_open_count(),
+        0,
+        "no half-open state either"
+    );
+    assert!(pair.server.accept().is_none());
+    // The Retry reaches the client, which comes back with the token: now it is accepted.
+    pair.exchange();
+    assert_eq!(pair.server.stats().retries_sent, 1);
+    assert!(pair.server.accept().is_some());
     assert!(pair.client.connection(c).unwrap().is_established());
 }
 
