@@ -419,6 +419,35 @@ fn a_peer_that_lost_its_state_is_detected_by_stateless_reset() {
 }
 
 #[test]
+fn an_xx_client_sends_its_reset_token_only_under_encryption() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (_, s) = connect(&mut pair, false);
+    let initial = pair.client_sent[0].clone();
+    // The client restarts with the same reset secret but no connections: the server's next
+    // packet is answered with a reset, which the server recognises by the token it got in
+    // message 3.
+    pair.client = Endpoint::new(config(1, false), pair.now);
+    Pair::events(&mut pair.server);
+    let conn = pair.server.connection_mut(s).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, b"are you there?").unwrap();
+    pair.exchange();
+    assert!(pair.client.stats().resets_sent >= 1);
+    let events = Pair::events(&mut pair.server);
+    assert!(
+        events.contains(&(s, Event::Closed(ConnectionError::Reset))),
+        "{events:?}"
+    );
+    // XX's first message is not encrypted: the token must not be in it.
+    let reset = pair.client_sent.last().unwrap();
+    let token = &reset[reset.len() - 16..];
+    assert!(
+        !initial.windows(16).any(|w| w == token),
+        "the reset token travelled in the clear"
+    );
+}
+
+#[test]
 fn reading_a_reset_flow_reports_the_code() {
     let mut pair = Pair::new(config(1, false), config(2, true));
     let (c, s) = connect(&mut pair, true);

@@ -14,7 +14,9 @@ use crate::crypto::{Handshake, HandshakePattern};
 use crate::error::ConnectionError;
 use crate::event::Event;
 
-use crate::wire::{self, ConnectionId, TransportErrorCode, TransportParams, WriteExt};
+use crate::wire::{
+    self, ConnectionId, TransportErrorCode, TransportParams, WriteExt, RESET_TOKEN_LEN,
+};
 use crate::Side;
 
 /// First byte of an Initial payload: which Noise pattern follows.
@@ -150,7 +152,15 @@ impl Connection {
             };
             let ik = noise.pattern() == HandshakePattern::IK;
             let mut payload = Vec::with_capacity(1200);
-            params_payload(&self.local_params, &mut payload);
+            if ik {
+                params_payload(&self.local_params, &mut payload);
+            } else {
+                // XX's first message is not encrypted: our reset token waits for message 3,
+                // or anyone on the path could forge a reset that ends the connection.
+                let mut params = self.local_params.clone();
+                params.stateless_reset_token = None;
+                params_payload(&params, &mut payload);
+            }
             let mut first_flight = crate::recovery::SentFrames::new();
             if ik {
                 // IK encrypts the first message to the server's key: data may ride along.
@@ -353,8 +363,13 @@ impl Connection {
             let Some(noise) = self.handshake.as_mut() else {
                 return Ok(());
             };
+            // Message 3 is encrypted: it carries our reset token (§7.2, §14.3).
+            let token = self.local_params.stateless_reset_token;
             let mut msg3 = Vec::new();
-            if noise.write(&[], &mut msg3).is_err() {
+            if noise
+                .write(token.as_ref().map_or(&[][..], |t| &t[..]), &mut msg3)
+                .is_err()
+            {
                 return Err(TransportErrorCode::CRYPTO_ERROR);
             }
             let datagram = long_packet(
@@ -404,6 +419,12 @@ impl Connection {
             ));
             return Ok(());
         }
+        // The client's reset token, encrypted (message 1 of XX is not): 16 bytes, or none.
+        self.peer_reset_token = match payload.len() {
+            0 => None,
+            RESET_TOKEN_LEN => <[u8; RESET_TOKEN_LEN]>::try_from(&payload[..]).ok(),
+            _ => return Err(TransportErrorCode::PROTOCOL_VIOLATION),
+        };
         self.peer_key = noise.remote_static();
         self.state = State::Established;
         self.install_keys();
@@ -511,12 +532,16 @@ pub(crate) fn accept(
     if noise.read(msg1, &mut payload).is_err() {
         return Accept::Refuse(REFUSE_AUTHENTICATION);
     }
-    let Ok((params, frames)) = parse_payload(&payload) else {
+    let Ok((mut params, frames)) = parse_payload(&payload) else {
         return Accept::Drop;
     };
-    if pattern == HandshakePattern::XX && !frames.is_empty() {
-        // XX's first message is not encrypted: it must not carry data.
-        return Accept::Drop;
+    if pattern == HandshakePattern::XX {
+        // XX's first message is not encrypted: it must not carry data, and a reset token in
+        // it is known to anyone on the path, so it is not used (message 3 brings the token).
+        if !frames.is_empty() {
+            return Accept::Drop;
+        }
+        params.stateless_reset_token = None;
     }
     local_params.stateless_reset_token = local_params.stateless_reset_token.or(None);
     let mut conn = Connection::new(
