@@ -181,7 +181,11 @@ impl Handshake {
         let Ok(mut state) = build(self.pattern, &self.inputs) else {
             return;
         };
-        let mut scratch = vec![0u8; 65_535];
+        // Room for the largest message so far and the Noise overhead written around a
+        // payload (an ephemeral key, an encrypted static key, tags): a forged message costs a
+        // rebuild, but not a 64 KiB buffer.
+        let largest = self.transcript.iter().map(|(_, b)| b.len()).max();
+        let mut scratch = vec![0u8; (largest.unwrap_or(0) + 256).min(65_535)];
         for (write, bytes) in &self.transcript {
             let ok = if *write {
                 state.write_message(bytes, &mut scratch).is_ok()
@@ -328,6 +332,36 @@ mod tests {
         client.read(&m, &mut p).unwrap();
         assert_eq!(p, b"world");
         assert!(client.is_finished());
+    }
+
+    #[test]
+    fn a_forged_xx_message_3_does_not_spoil_the_servers_handshake() {
+        let server_key = StaticKeypair::generate([1; 32]);
+        let client_key = StaticKeypair::generate([2; 32]);
+        let mut client = Handshake::initiator(&client_key, None, b"p", [3; 32]).unwrap();
+        let mut server =
+            Handshake::responder(&server_key, HandshakePattern::XX, b"p", [4; 32]).unwrap();
+        let (mut m, mut p) = (Vec::new(), Vec::new());
+        client.write(b"", &mut m).unwrap();
+        server.read(&m, &mut p).unwrap();
+        m.clear();
+        server.write(b"params", &mut m).unwrap();
+        client.read(&m, &mut p).unwrap();
+        m.clear();
+        client.write(&[7; 16], &mut m).unwrap();
+        for i in 0..3 {
+            let mut forged = m.clone();
+            forged[10 + i] ^= 1;
+            assert_eq!(
+                server.read(&forged, &mut p),
+                Err(HandshakeError::Authentication)
+            );
+        }
+        p.clear();
+        server.read(&m, &mut p).unwrap();
+        assert_eq!(p, [7; 16]);
+        assert!(server.is_finished());
+        assert_eq!(server.remote_static(), Some(client_key.public()));
     }
 
     #[test]
