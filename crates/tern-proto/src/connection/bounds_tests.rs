@@ -266,6 +266,44 @@ fn sparse_message_ids_are_bounded() {
 }
 
 #[test]
+fn a_message_skip_cannot_grant_the_peer_credit_it_never_had() {
+    // What a skip counts is released at once (both ends agree on credit): unchecked, four
+    // maximal skips would wrap the counters, and one would raise our window without limit.
+    let mut p = Pair::new(|_| {});
+    let max_data = p.server_conn().flows.local_max_data;
+    let huge = Frame::MessageSkip {
+        msg_id: (1 << 1) | 1,
+        credit: (1 << 62) - 1,
+    };
+    assert_eq!(
+        p.inject(&[huge]).unwrap_err().0,
+        TransportErrorCode::FLOW_CONTROL_ERROR
+    );
+    assert_eq!(p.server_conn().flows.local_max_data, max_data);
+    // A skip that counts more than is left of the window we gave (here: the peer's data
+    // already fills all but 10 bytes of it) is refused too.
+    let mut p = Pair::new(|_| {});
+    let conn = p.server_conn();
+    conn.flows.data_received = conn.flows.local_max_data - 10;
+    let skip = Frame::MessageSkip {
+        msg_id: (1 << 1) | 1,
+        credit: credit_cost(100),
+    };
+    assert_eq!(
+        p.inject(&[skip]).unwrap_err().0,
+        TransportErrorCode::FLOW_CONTROL_ERROR
+    );
+    // One that fits is taken, and its credit given back.
+    let mut p = Pair::new(|_| {});
+    let skip = Frame::MessageSkip {
+        msg_id: (1 << 1) | 1,
+        credit: credit_cost(100),
+    };
+    assert!(p.inject(&[skip]).is_ok());
+    assert_eq!(p.server_conn().flows.data_received, credit_cost(100));
+}
+
+#[test]
 fn received_datagrams_are_bounded_in_count_and_bytes_dropping_the_oldest() {
     let mut p = Pair::new(|c| {
         c.datagram_queue = 4;

@@ -502,10 +502,31 @@ impl Connection {
             }
             Frame::Message(m) => self.on_message_fragment(now, arrived_on, m)?,
             Frame::MessageSkip { msg_id, credit } => {
+                // The credit is what the sender counted for the message: at most one
+                // message's cost, and within the window we gave (§9.18, §10.2). Unchecked, it
+                // would grant the peer credit it never had (we release what it counts).
+                let largest = self
+                    .config
+                    .max_message_size
+                    .min(self.config.flows.connection_window);
+                if credit > crate::message::credit_cost(largest) {
+                    return Err((
+                        TransportErrorCode::FLOW_CONTROL_ERROR,
+                        "message skip counts more than a message",
+                    ));
+                }
                 let id = crate::message::MessageId(msg_id);
                 let ranges_before = self.messages_in.ranges();
                 let ready_before = self.messages_in.ready.len();
                 if let Some(s) = self.messages_in.on_skip(id, credit) {
+                    if self.flows.data_received.saturating_add(s.counted)
+                        > self.flows.local_max_data
+                    {
+                        return Err((
+                            TransportErrorCode::FLOW_CONTROL_ERROR,
+                            "message skip beyond credit",
+                        ));
+                    }
                     self.on_message_skipped(s);
                     if self.messages_in.ready.len() > ready_before {
                         self.events.push_back(Event::MessageReceived);
