@@ -715,7 +715,15 @@ impl Endpoint {
         let Some(old) = self.connections[idx].as_ref() else {
             return;
         };
-        let (local_cid, validated) = (old.local_cid, old.paths[0].validated);
+        // A replacement first message is held to a first message's rules: the minimum size
+        // (so a short copy cannot draw a larger answer to a spoofed source), and an address
+        // proven earlier counts only if the copy comes from that same address.
+        if len < wire::MIN_INITIAL_DATAGRAM_SIZE {
+            self.stats.short_initials += 1;
+            return;
+        }
+        let validated = old.paths[0].validated && old.paths[0].remote == remote;
+        let local_cid = old.local_cid;
         let mut entropy = [0; 32];
         self.rng.fill_bytes(&mut entropy);
         let params = self.local_params(&local_cid);

@@ -343,6 +343,44 @@ fn retry_proves_the_address_before_the_server_keeps_state() {
 }
 
 #[test]
+fn a_short_damaged_copy_of_an_xx_first_message_is_not_answered() {
+    // XX's first message is not authenticated, so a copy that differs from the one the
+    // half-open connection was built from replaces it. A short copy from elsewhere must not
+    // (the 1 200-byte minimum of every first message, §7.6): it could draw our answer, to a
+    // spoofed source, larger than itself.
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    pair.client
+        .connect(pair.now, SERVER.parse().unwrap(), None)
+        .unwrap();
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let initial = buf[..t.size].to_vec();
+    let mut first = initial.clone();
+    pair.server
+        .handle(pair.now, CLIENT.parse().unwrap(), None, &mut first);
+    let mut out = Vec::new();
+    assert!(
+        pair.server.poll_transmit(pair.now, &mut out).is_some(),
+        "message 2"
+    );
+    // The header and payload only (no padding), one payload byte changed, from elsewhere.
+    let packet = tern_proto::wire::LongPacket::decode(&initial).unwrap();
+    let start = packet.payload.as_ptr() as usize - initial.as_ptr() as usize;
+    let end = start + packet.payload.len();
+    assert!(end < 1200);
+    let mut damaged = initial[..end].to_vec();
+    damaged[start + 5] ^= 1;
+    let victim: SocketAddr = "192.0.2.9:9".parse().unwrap();
+    let short_before = pair.server.stats().short_initials;
+    pair.server.handle(pair.now, victim, None, &mut damaged);
+    assert_eq!(pair.server.stats().short_initials, short_before + 1);
+    let mut out = Vec::new();
+    while let Some(t) = pair.server.poll_transmit(pair.now, &mut out) {
+        assert_ne!(t.destination, victim, "answered a short first message");
+    }
+}
+
+#[test]
 fn fast_close_frees_both_ends() {
     let mut pair = Pair::new(config(1, false), config(2, true));
     let (c, s) = connect(&mut pair, true);
