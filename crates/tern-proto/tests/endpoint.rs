@@ -1588,47 +1588,59 @@ fn poll_transmit_appends_a_whole_datagram_or_nothing() {
     assert!(pair.client.connection(c).is_none_or(|c| c.is_closed()));
 }
 
-#[test]
-fn a_request_and_its_reply_cost_one_datagram_each_way() {
-    use tern_proto::message::MessageOptions;
-    let mut pair = Pair::new(config(1, false), config(2, true));
-    let (c, s) = connect(&mut pair, true);
-    // Past the handshake and its acknowledgements; the sender asks for an ACK per several
-    // packets, so the last packet of each message carries an AckRequest.
+/// Lets the handshake's acknowledgements and the sender's AckFrequency settle.
+fn settle(pair: &mut Pair) {
     for _ in 0..3 {
         pair.now += Duration::from_millis(20);
         pair.client.handle_timeout(pair.now);
         pair.server.handle_timeout(pair.now);
         pair.exchange();
     }
+}
+
+/// Ten requests of `size` bytes, each echoed by the server as its reply, the application
+/// thinking 200 µs between them (well within the ACK's response window). Returns the
+/// datagrams each end sent meanwhile.
+fn echo_requests(
+    pair: &mut Pair,
+    c: ConnectionHandle,
+    s: ConnectionHandle,
+    size: usize,
+) -> (usize, usize) {
+    use tern_proto::message::MessageOptions;
     let (client_before, server_before) = (pair.client_sent.len(), pair.server_sent.len());
     for i in 0..10u8 {
         let now = pair.now;
         let conn = pair.client.connection_mut(c).unwrap();
-        conn.send_message(
-            now,
-            bytes::Bytes::from(vec![i; 64]),
-            MessageOptions::default(),
-        )
-        .unwrap();
+        let request = bytes::Bytes::from(vec![i; size]);
+        conn.send_message(now, request, MessageOptions::default())
+            .unwrap();
         pair.exchange();
         let conn = pair.server.connection_mut(s).unwrap();
         let request = conn.recv_message().expect("the request arrived");
-        assert_eq!(request.data[0], i);
+        assert_eq!((request.data.len(), request.data[0]), (size, i));
         let opts = MessageOptions::default().reply_to(request.id);
         conn.send_message(now, request.data, opts).unwrap();
         pair.exchange();
         let conn = pair.client.connection_mut(c).unwrap();
         assert_eq!(conn.recv_message().expect("the reply arrived").data[0], i);
-        // The application thinks for a moment, well within the ACK's response window.
         pair.now += Duration::from_micros(200);
     }
-    let sent = (
+    (
         pair.client_sent.len() - client_before,
         pair.server_sent.len() - server_before,
-    );
+    )
+}
+
+#[test]
+fn a_request_and_its_reply_cost_one_datagram_each_way() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    // Past the handshake and its acknowledgements; the sender asks for an ACK per several
+    // packets, so the last packet of each message carries an AckRequest.
+    settle(&mut pair);
     assert_eq!(
-        sent,
+        echo_requests(&mut pair, c, s, 64),
         (10, 10),
         "each message carries the ACK of the one before; no ACK-only datagram"
     );
@@ -1638,7 +1650,6 @@ fn a_request_and_its_reply_cost_one_datagram_each_way() {
 
 #[test]
 fn a_request_of_several_packets_and_its_reply_send_no_ack_only_datagram() {
-    use tern_proto::message::MessageOptions;
     // With an ACK every 2 packets (the default before any AckFrequency, and the only one
     // with `max_ack_threshold` 2) the request's packets used to reach the threshold and get
     // an ACK-only datagram before the reply could carry the ACK (§9.5, §11.1).
@@ -1649,50 +1660,21 @@ fn a_request_of_several_packets_and_its_reply_send_no_ack_only_datagram() {
         server.connection.max_ack_threshold = threshold;
         let mut pair = Pair::new(client, server);
         let (c, s) = connect(&mut pair, true);
-        for _ in 0..3 {
-            pair.now += Duration::from_millis(20);
-            pair.client.handle_timeout(pair.now);
-            pair.server.handle_timeout(pair.now);
-            pair.exchange();
-        }
-        let acks_before = |pair: &Pair| {
+        settle(&mut pair);
+        let acks_only = |pair: &Pair| {
             (
                 pair.client.connection(c).unwrap().stats().ack_only_sent,
                 pair.server.connection(s).unwrap().stats().ack_only_sent,
             )
         };
-        let before = acks_before(&pair);
-        let (client_before, server_before) = (pair.client_sent.len(), pair.server_sent.len());
-        for i in 0..10u8 {
-            let now = pair.now;
-            let conn = pair.client.connection_mut(c).unwrap();
-            conn.send_message(
-                now,
-                bytes::Bytes::from(vec![i; 4_000]),
-                MessageOptions::default(),
-            )
-            .unwrap();
-            pair.exchange();
-            let conn = pair.server.connection_mut(s).unwrap();
-            let request = conn.recv_message().expect("the request arrived");
-            assert_eq!(request.data.len(), 4_000);
-            let opts = MessageOptions::default().reply_to(request.id);
-            conn.send_message(now, request.data, opts).unwrap();
-            pair.exchange();
-            let conn = pair.client.connection_mut(c).unwrap();
-            assert_eq!(conn.recv_message().expect("the reply arrived").data[0], i);
-            pair.now += Duration::from_micros(200);
-        }
-        let sent = (
-            pair.client_sent.len() - client_before,
-            pair.server_sent.len() - server_before,
-        );
+        let before = acks_only(&pair);
+        let sent = echo_requests(&mut pair, c, s, 4_000);
         assert!(
             sent.0 >= 30 && sent.1 >= 30,
             "several packets a message: {sent:?}"
         );
         assert_eq!(
-            acks_before(&pair),
+            acks_only(&pair),
             before,
             "threshold {threshold}: every ACK rode on a message ({sent:?} datagrams)"
         );
