@@ -42,11 +42,9 @@ pub(crate) struct ConnState {
     /// Application handles alive (`Connection` clones); state is freed when this is zero and
     /// the connection is drained.
     pub(crate) handles: usize,
-    pub(crate) read_wakers: HashMap<FlowId, Waker>,
-    pub(crate) write_wakers: HashMap<FlowId, Waker>,
-    pub(crate) finish_wakers: HashMap<FlowId, Waker>,
-    pub(crate) finished: HashSet<FlowId>,
-    pub(crate) stopped: HashMap<FlowId, u64>,
+    /// What flow tasks wait for, made on first use: a connection that never uses a flow
+    /// (requests and messages, or an idle one) does not carry five empty tables.
+    pub(crate) flows: Option<Box<FlowWaits>>,
     pub(crate) waiters: Vec<Waker>,
     /// Subscriptions of `Connection::events`: bounded, each with its count of events lost
     /// because its reader fell behind.
@@ -62,6 +60,16 @@ pub(crate) struct ConnState {
     /// `Connection::request` bookkeeping, made on the first request: most connections never
     /// make one, and 100 000 idle ones should not each carry five empty tables.
     pub(crate) requests: Option<Box<Requests>>,
+}
+
+/// What a connection's flow tasks wait for.
+#[derive(Default)]
+pub(crate) struct FlowWaits {
+    pub(crate) read_wakers: HashMap<FlowId, Waker>,
+    pub(crate) write_wakers: HashMap<FlowId, Waker>,
+    pub(crate) finish_wakers: HashMap<FlowId, Waker>,
+    pub(crate) finished: HashSet<FlowId>,
+    pub(crate) stopped: HashMap<FlowId, u64>,
 }
 
 /// What a connection's `request` calls wait for.
@@ -162,15 +170,17 @@ impl ConnState {
         }
     }
 
+    /// The flow tables, made on first use.
+    pub(crate) fn flow_waits(&mut self) -> &mut FlowWaits {
+        self.flows.get_or_insert_with(Default::default)
+    }
+
     fn wake_all(&mut self) {
-        for (_, w) in self.read_wakers.drain() {
-            w.wake();
-        }
-        for (_, w) in self.write_wakers.drain() {
-            w.wake();
-        }
-        for (_, w) in self.finish_wakers.drain() {
-            w.wake();
+        if let Some(f) = self.flows.as_deref_mut() {
+            let wakers = f.read_wakers.drain().chain(f.write_wakers.drain());
+            for (_, w) in wakers.chain(f.finish_wakers.drain()) {
+                w.wake();
+            }
         }
         for w in self.waiters.drain(..) {
             w.wake();
@@ -810,27 +820,34 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
                 }
             }
             Event::FlowReadable(f) => {
-                if let Some(w) = s.read_wakers.remove(f) {
+                let waker = s.flows.as_deref_mut().and_then(|w| w.read_wakers.remove(f));
+                if let Some(w) = waker {
                     w.wake();
                 }
             }
             Event::FlowWritable(f) => {
-                if let Some(w) = s.write_wakers.remove(f) {
+                let waker = s
+                    .flows
+                    .as_deref_mut()
+                    .and_then(|w| w.write_wakers.remove(f));
+                if let Some(w) = waker {
                     w.wake();
                 }
             }
             Event::FlowFinished(f) => {
-                s.finished.insert(*f);
-                if let Some(w) = s.finish_wakers.remove(f) {
+                let waits = s.flow_waits();
+                waits.finished.insert(*f);
+                if let Some(w) = waits.finish_wakers.remove(f) {
                     w.wake();
                 }
             }
             Event::FlowStopped { id: f, code } => {
-                s.stopped.insert(*f, *code);
-                if let Some(w) = s.write_wakers.remove(f) {
+                let waits = s.flow_waits();
+                waits.stopped.insert(*f, *code);
+                if let Some(w) = waits.write_wakers.remove(f) {
                     w.wake();
                 }
-                if let Some(w) = s.finish_wakers.remove(f) {
+                if let Some(w) = waits.finish_wakers.remove(f) {
                     w.wake();
                 }
             }

@@ -186,7 +186,9 @@ impl SendFlow {
             }
             Err(tern_proto::WriteError::Blocked) => {
                 if let Some(s) = inner.state(self.conn.id) {
-                    s.write_wakers.insert(self.id, cx.waker().clone());
+                    s.flow_waits()
+                        .write_wakers
+                        .insert(self.id, cx.waker().clone());
                 }
                 Poll::Pending
             }
@@ -216,7 +218,9 @@ impl SendFlow {
                 Err(tern_proto::WriteError::Blocked) => {
                     data = Some(chunk);
                     if let Some(s) = inner.state(self.conn.id) {
-                        s.write_wakers.insert(self.id, cx.waker().clone());
+                        s.flow_waits()
+                            .write_wakers
+                            .insert(self.id, cx.waker().clone());
                     }
                     Poll::Pending
                 }
@@ -259,16 +263,19 @@ impl SendFlow {
                 drop(inner);
                 return Poll::Ready(Err(self.lost()));
             };
-            if s.finished.contains(&self.id) {
+            let waits = s.flows.as_deref();
+            if waits.is_some_and(|w| w.finished.contains(&self.id)) {
                 return Poll::Ready(Ok(()));
             }
-            if let Some(code) = s.stopped.get(&self.id) {
+            if let Some(code) = waits.and_then(|w| w.stopped.get(&self.id)) {
                 return Poll::Ready(Err(WriteError::Stopped(*code)));
             }
             if let Some(e) = s.error.clone() {
                 return Poll::Ready(Err(WriteError::ConnectionLost(e)));
             }
-            s.finish_wakers.insert(self.id, cx.waker().clone());
+            s.flow_waits()
+                .finish_wakers
+                .insert(self.id, cx.waker().clone());
             Poll::Pending
         })
         .await
@@ -283,16 +290,19 @@ impl SendFlow {
                 drop(inner);
                 return Poll::Ready(Err(self.lost()));
             };
-            if let Some(code) = s.stopped.get(&self.id) {
+            let waits = s.flows.as_deref();
+            if let Some(code) = waits.and_then(|w| w.stopped.get(&self.id)) {
                 return Poll::Ready(Ok(*code));
             }
-            if s.finished.contains(&self.id) {
+            if waits.is_some_and(|w| w.finished.contains(&self.id)) {
                 return Poll::Ready(Err(WriteError::ClosedFlow));
             }
             if let Some(e) = s.error.clone() {
                 return Poll::Ready(Err(WriteError::ConnectionLost(e)));
             }
-            s.finish_wakers.insert(self.id, cx.waker().clone());
+            s.flow_waits()
+                .finish_wakers
+                .insert(self.id, cx.waker().clone());
             Poll::Pending
         })
         .await
@@ -405,7 +415,9 @@ impl RecvFlow {
         };
         if matches!(r, Err(tern_proto::ReadError::Blocked)) {
             if let Some(s) = inner.state(self.conn.id) {
-                s.read_wakers.insert(self.id, cx.waker().clone());
+                s.flow_waits()
+                    .read_wakers
+                    .insert(self.id, cx.waker().clone());
             }
             return Poll::Pending;
         }
