@@ -237,6 +237,13 @@ impl Connection {
 
     /// Processes the frames of one packet that arrived on path `index`; returns whether it
     /// was ack-eliciting.
+    /// The largest message we accept: what we advertised (docs/PROTOCOL.md §8).
+    fn max_message_in(&self) -> u64 {
+        self.config
+            .max_message_size
+            .min(self.config.flows.connection_window)
+    }
+
     pub(crate) fn process_frames(
         &mut self,
         now: Instant,
@@ -505,11 +512,7 @@ impl Connection {
                 // The credit is what the sender counted for the message: at most one
                 // message's cost, and within the window we gave (§9.18, §10.2). Unchecked, it
                 // would grant the peer credit it never had (we release what it counts).
-                let largest = self
-                    .config
-                    .max_message_size
-                    .min(self.config.flows.connection_window);
-                if credit > crate::message::credit_cost(largest) {
+                if credit > crate::message::credit_cost(self.max_message_in()) {
                     return Err((
                         TransportErrorCode::FLOW_CONTROL_ERROR,
                         "message skip counts more than a message",
@@ -705,10 +708,7 @@ impl Connection {
                 deadline,
                 m.reply_to.map(crate::message::MessageId),
                 m.priority,
-                // What we advertised (docs/PROTOCOL.md §8).
-                self.config
-                    .max_message_size
-                    .min(self.config.flows.connection_window),
+                self.max_message_in(),
             )
             .map_err(|e| match e {
                 crate::message::recv::MessageRecvError::TooLarge => (
