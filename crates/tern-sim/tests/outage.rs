@@ -69,12 +69,36 @@ fn a_transfer_crosses_a_two_second_outage_mid_transfer() {
         .expect("connection kept")
         .stats();
     eprintln!(
-        "outage: resumed at {resumed:?}, done at {:?}; sender lost {} packets, resent {} B; \
-         up: {up}; down: {down}",
+        "outage: resumed at {resumed:?}, done at {:?}; sender lost {} packets, resent {} B, \
+         persistent congestion {}; up: {up}; down: {down}",
         at(timeline.len() - 1),
         stats.packets_lost,
-        stats.bytes_retransmitted
+        stats.bytes_retransmitted,
+        stats.persistent_congestion_events,
     );
+    // Two seconds of nothing acknowledged is many probe timeouts: the ACK that ends the
+    // outage declares the packets sent into it lost, and the window collapses (§11.7).
+    assert!(stats.persistent_congestion_events >= 1, "{stats:?}");
+}
+
+#[test]
+fn a_short_outage_loses_packets_without_persistent_congestion() {
+    // Dark for 60 ms mid-transfer on a 40 ms path: losses, but over less than three probe
+    // timeouts, so the controller reduces its window and does not collapse it.
+    let link = LinkConfig::new(RATE, ONE_WAY).with_outage(Outage::once(secs(1.5), secs(0.06)));
+    let t = Transfer::new(tern_sim::seed_from_env(34), link, vec![8_000_000]);
+    let sim = complete(&t);
+    let (up, _) = link_stats(&sim);
+    assert!(up.dropped_outage > 0, "{up}");
+    let stats = sim
+        .client()
+        .endpoint
+        .connection(ConnectionHandle(0))
+        .expect("connection kept")
+        .stats();
+    assert!(stats.packets_lost > 0, "{stats:?}");
+    assert!(stats.congestion_events >= 1, "{stats:?}");
+    assert_eq!(stats.persistent_congestion_events, 0, "{stats:?}");
 }
 
 #[test]

@@ -628,6 +628,7 @@ fn stats_json(s: &tern::ConnectionStats) -> Value {
         "bytes_retransmitted": s.bytes_retransmitted,
         "congestion_events": s.congestion_events,
         "congestion_events_undone": s.congestion_events_undone,
+        "persistent_congestion_events": s.persistent_congestion_events,
         "datagrams_sent": s.datagrams_sent,
         "datagrams_received": s.datagrams_received,
         "datagrams_dropped": s.datagrams_dropped,

@@ -383,6 +383,7 @@ impl Connection {
                 .unwrap_or_else(|| crate::cc::Pacer::default_rate(p.cc.window(), p.rtt.smoothed()));
         s.congestion_events = m.congestion_events;
         s.non_congestive_losses = m.non_congestive_losses;
+        s.persistent_congestion_events = m.persistent_congestion_events;
         s.congestion_events_undone = m.undone_congestion_events;
         s.reorder_threshold = p.sent.reorder.packet_threshold;
         s.reorder_window = p.sent.reorder.window;
@@ -1222,7 +1223,7 @@ impl Connection {
         if path.sent.loss_time.is_some() {
             let mut out = crate::recovery::Outcome::default();
             path.sent.detect_lost(now, &path.rtt, &mut out);
-            self.on_lost(now, index, out.lost);
+            self.on_lost(now, index, out.lost, crate::recovery::PeerReport::Nothing);
             return;
         }
         if self.pmtu_probe_timeout(index) {

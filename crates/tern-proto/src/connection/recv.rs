@@ -9,7 +9,7 @@ use crate::error::ConnectionError;
 use crate::event::{Event, Violation};
 use crate::flow::{Dir, FlowError, FlowSet, RecvError};
 use crate::recovery::ecn::EcnVerdict;
-use crate::recovery::{EcnCodepoint, Outcome};
+use crate::recovery::{EcnCodepoint, Outcome, PeerReport};
 use crate::wire::{self, Frame, TransportErrorCode};
 use crate::Side;
 
@@ -333,7 +333,7 @@ impl Connection {
                 }
                 self.on_spurious(index, &mut out);
                 self.on_acked(now, index, out.acked);
-                self.on_lost(now, index, out.lost);
+                self.on_lost(now, index, out.lost, PeerReport::Ack(ack.ranges));
                 self.update_target_rate(now);
             }
             Frame::Nack(nack) => {
@@ -346,7 +346,7 @@ impl Connection {
                 self.paths[index]
                     .sent
                     .on_nack(nack.missing.iter(), &mut out);
-                self.on_lost(now, index, out.lost);
+                self.on_lost(now, index, out.lost, PeerReport::Nack(nack.missing));
             }
             // Answered in `process_frames`, which knows whether the packet carried data.
             Frame::AckRequest => {}

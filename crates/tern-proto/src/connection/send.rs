@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::{Connection, State};
 use crate::crypto::TAG_LEN;
 use crate::event::Event;
-use crate::recovery::{EcnCodepoint, SentFrame, SentPacket};
+use crate::recovery::{persistent_congestion, EcnCodepoint, PeerReport, SentFrame, SentPacket};
 use crate::wire::{self, Frame};
 
 /// A datagram ready to send: its bytes are in the caller's buffer.
@@ -1180,8 +1180,15 @@ impl Connection {
         }
     }
 
-    /// Packets lost: resend what they carried and tell the controller.
-    pub(crate) fn on_lost(&mut self, now: Instant, path_id: usize, lost: Vec<(u64, SentPacket)>) {
+    /// Packets lost: resend what they carried and tell the controller. `report` is what the
+    /// peer said it received in the frame that revealed them (for persistent congestion).
+    pub(crate) fn on_lost(
+        &mut self,
+        now: Instant,
+        path_id: usize,
+        lost: Vec<(u64, SentPacket)>,
+        report: PeerReport<'_>,
+    ) {
         if lost.is_empty() {
             return;
         }
@@ -1193,29 +1200,25 @@ impl Connection {
         self.stats.packets_lost += lost.len() as u64;
         let mut lost_bytes = 0;
         let mut newest = None;
-        let (mut first_time, mut last_time) = (None::<Instant>, None::<Instant>);
         for (_, p) in &lost {
             if p.in_flight {
                 lost_bytes += u64::from(p.size);
                 newest = newest.max(Some(p.time));
-                first_time = Some(first_time.map_or(p.time, |t| t.min(p.time)));
-                last_time = Some(last_time.map_or(p.time, |t| t.max(p.time)));
             }
             if !p.copy {
                 self.requeue(&p.frames, false);
             }
         }
+        let max_ack_delay = self.peer_max_ack_delay();
         let path = &mut self.paths[path_id];
         let mut reduced = false;
         if let Some(newest) = newest {
-            //= RFC 9002 §7.6.1: persistent congestion when the lost packets span more than
+            //= RFC 9002 §7.6.1: the persistent congestion duration is
             //# (smoothed_rtt + max(4*rttvar, kGranularity) + max_ack_delay) *
-            //# kPersistentCongestionThreshold, with an RTT sample taken before.
-            let span = last_time
-                .zip(first_time)
-                .map(|(l, f)| l.saturating_duration_since(f))
-                .unwrap_or_default();
-            let persistent = path.rtt.has_sample() && span > path.rtt.pto_base() * 3;
+            //# kPersistentCongestionThreshold.
+            let period = (path.rtt.pto_base() + max_ack_delay) * 3;
+            let persistent =
+                persistent_congestion(&lost, path.sent.first_rtt_sample, period, &report);
             let before = path.cc.metrics().congestion_events;
             path.cc
                 .on_congestion_event(now, newest, lost_bytes, persistent, &path.rtt);

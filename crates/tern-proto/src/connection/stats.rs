@@ -125,6 +125,9 @@ pub struct ConnectionStats {
     pub congestion_events: u64,
     /// See `congestion_events`.
     pub non_congestive_losses: u64,
+    /// Persistent congestion on the primary path (PROTOCOL.md §11.7): losses over more than
+    /// three probe timeouts with nothing acknowledged between them, each collapsing the window.
+    pub persistent_congestion_events: u64,
     /// Paths the connection holds (every state).
     pub paths: usize,
     /// Packets moved off a path that stopped answering, to be re-sent on the others.

@@ -16,6 +16,7 @@ mod ranges;
 pub mod rtt;
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::time::{Duration, Instant};
 
 pub use ecn::{EcnCodepoint, EcnCounts, EcnState};
@@ -23,6 +24,7 @@ pub use ranges::RangeSet;
 pub use rtt::RttEstimator;
 
 use crate::flow::FlowId;
+use crate::wire::{AckRanges, NackList};
 
 //= RFC 9002 §6.1.1: "The RECOMMENDED initial value for the packet reordering threshold
 //# (kPacketThreshold) is 3"
@@ -135,6 +137,9 @@ pub(crate) struct SentPackets {
     episode: Option<LossEpisode>,
     /// Numbers the loss episodes (a record names the one it belongs to).
     next_episode: u64,
+    /// When the path's first RTT sample was taken: packets sent before it take no part in
+    /// persistent congestion (RFC 9002 §7.6.2).
+    pub(crate) first_rtt_sample: Option<Instant>,
 }
 
 /// A packet declared lost, remembered so that its late acknowledgement is recognised.
@@ -368,6 +373,7 @@ impl SentPackets {
                     let sample = now.saturating_duration_since(p.time);
                     rtt.update(ack_delay, sample);
                     out.rtt_sample = Some(sample);
+                    self.first_rtt_sample.get_or_insert(now);
                 }
             }
         }
@@ -583,6 +589,99 @@ impl SentPackets {
     pub(crate) fn has_ack_eliciting_in_flight(&self) -> bool {
         !self.packets.is_empty()
     }
+}
+
+/// What the peer said it received, in the frame that revealed a batch of losses: the
+/// evidence [`persistent_congestion`] needs that nothing between two lost packets arrived.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PeerReport<'a> {
+    /// An ACK. It reports every number received above the peer's floor (§11.1: numbers are
+    /// dropped only once the peer knows we saw them), so at and above its smallest number it
+    /// is complete; below, we do not know.
+    Ack(AckRanges<'a>),
+    /// A NACK: the numbers between two listed ones were received.
+    Nack(NackList<'a>),
+    /// Nothing new (losses by the time threshold): no batch of them establishes persistent
+    /// congestion; the ACK that ended a blackout has already declared its packets lost.
+    Nothing,
+}
+
+impl PeerReport<'_> {
+    /// Lowest number the report covers.
+    fn known_from(&self) -> u64 {
+        match self {
+            PeerReport::Ack(ranges) => ranges.smallest(),
+            PeerReport::Nack(list) => list.first(),
+            PeerReport::Nothing => u64::MAX,
+        }
+    }
+
+    /// The received ranges the report shows, from the largest down.
+    fn received(&self) -> Vec<RangeInclusive<u64>> {
+        match self {
+            PeerReport::Ack(ranges) => ranges.iter().collect(),
+            PeerReport::Nack(list) => {
+                let mut gaps = Vec::new();
+                let mut prev: Option<u64> = None;
+                for pn in list.iter() {
+                    if let Some(p) = prev.filter(|p| pn > p + 1) {
+                        gaps.push(p + 1..=pn - 1);
+                    }
+                    prev = Some(pn);
+                }
+                gaps.reverse();
+                gaps
+            }
+            PeerReport::Nothing => Vec::new(),
+        }
+    }
+}
+
+/// RFC 9002 §7.6.2: whether one batch of `lost` packets (any order) establishes persistent
+/// congestion: two of them, ack-eliciting and in flight, both sent after the path's first RTT
+/// sample, sent more than `period` apart, with no packet sent between them acknowledged as
+/// far as `report` shows. A packet below what the report covers takes no part (whether
+/// something next to it arrived is unknown), so a doubt never collapses the window.
+pub(crate) fn persistent_congestion(
+    lost: &[(u64, SentPacket)],
+    first_rtt_sample: Option<Instant>,
+    period: Duration,
+    report: &PeerReport<'_>,
+) -> bool {
+    let Some(first_sample) = first_rtt_sample else {
+        return false;
+    };
+    let known_from = report.known_from();
+    let mut candidates: Vec<(u64, Instant)> = lost
+        .iter()
+        .filter(|(pn, p)| {
+            *pn >= known_from && p.ack_eliciting && p.in_flight && p.time > first_sample
+        })
+        .map(|(pn, p)| (*pn, p.time))
+        .collect();
+    if candidates.len() < 2 {
+        return false;
+    }
+    candidates.sort_unstable_by_key(|&(pn, _)| std::cmp::Reverse(pn));
+    let received = report.received();
+    let mut received = received.iter().peekable();
+    // From the newest down: a run of lost packets ends where a received number lies between
+    // two neighbours; within a run, its newest and oldest packet are compared.
+    let (mut newest, mut above) = (candidates[0].1, candidates[0].0);
+    for &(pn, time) in &candidates[1..] {
+        while received.peek().is_some_and(|r| *r.start() >= above) {
+            received.next();
+        }
+        // A lost number is in no received range: a range starting below `above` and ending
+        // above `pn` lies between them.
+        if received.peek().is_some_and(|r| *r.end() > pn) {
+            newest = time;
+        } else if newest.saturating_duration_since(time) > period {
+            return true;
+        }
+        above = pn;
+    }
+    false
 }
 
 /// The receiver's record of one path's packet-number space: what to acknowledge and when.
@@ -1084,5 +1183,124 @@ mod tests {
             r.decay(t, &rtt);
         }
         assert_eq!(r, ReorderAllowance::default());
+    }
+
+    /// Persistent congestion: packets 1–10 sent 100 ms apart (900 ms span) after the first RTT
+    /// sample (packet 0), all lost; the period is 500 ms.
+    mod persistent {
+        use super::*;
+        use crate::wire::{encode_ack, encode_nack, Frame, Reader};
+
+        const PERIOD: Duration = Duration::from_millis(500);
+
+        fn lost_train(t0: Instant) -> Vec<(u64, SentPacket)> {
+            (1..=10u64)
+                .map(|pn| (pn, pkt(t0 + Duration::from_millis(100 * pn))))
+                .collect()
+        }
+
+        fn judge_ack(
+            lost: &[(u64, SentPacket)],
+            sample: Option<Instant>,
+            ranges: &[RangeInclusive<u64>],
+        ) -> bool {
+            let mut buf = Vec::new();
+            encode_ack(0, 0, ranges.iter().cloned(), 64, 1000, None, &mut buf).unwrap();
+            let Ok(Frame::Ack(ack)) = Frame::decode(&mut Reader::new(&buf)) else {
+                panic!("an ACK");
+            };
+            persistent_congestion(lost, sample, PERIOD, &PeerReport::Ack(ack.ranges))
+        }
+
+        fn judge_nack(lost: &[(u64, SentPacket)], sample: Instant, missing: &[u64]) -> bool {
+            let mut buf = Vec::new();
+            encode_nack(0, missing.iter().copied(), 64, 1000, &mut buf).unwrap();
+            let Ok(Frame::Nack(nack)) = Frame::decode(&mut Reader::new(&buf)) else {
+                panic!("a NACK");
+            };
+            persistent_congestion(lost, Some(sample), PERIOD, &PeerReport::Nack(nack.missing))
+        }
+
+        #[test]
+        fn a_blackout_longer_than_the_period_is_persistent_congestion() {
+            let t0 = crate::cc::testing::epoch();
+            let lost = lost_train(t0);
+            // The ACK of a probe (11) after the blackout, with 0 acknowledged before.
+            assert!(judge_ack(&lost, Some(t0), &[11..=11, 0..=0]));
+            // Any order of the batch.
+            let mut reversed = lost.clone();
+            reversed.reverse();
+            assert!(judge_ack(&reversed, Some(t0), &[11..=11, 0..=0]));
+            // The same batch revealed by a NACK listing 1–10.
+            assert!(judge_nack(&lost, t0, &(1..=10).collect::<Vec<_>>()));
+        }
+
+        #[test]
+        fn a_packet_acknowledged_between_the_losses_breaks_the_period() {
+            let t0 = crate::cc::testing::epoch();
+            let lost: Vec<_> = lost_train(t0)
+                .into_iter()
+                .filter(|(pn, _)| *pn != 5)
+                .collect();
+            // 5 arrived: 1–4 span 300 ms and 6–10 400 ms, each under the period.
+            assert!(!judge_ack(&lost, Some(t0), &[11..=11, 5..=5, 0..=0]));
+            assert!(!judge_nack(&lost, t0, &[1, 2, 3, 4, 6, 7, 8, 9, 10]));
+            // 5 missing too (say an ACK-only packet, never tracked, that was lost): the run
+            // is whole.
+            assert!(judge_ack(&lost, Some(t0), &[11..=11, 0..=0]));
+        }
+
+        #[test]
+        fn packets_sent_before_the_first_rtt_sample_take_no_part() {
+            let t0 = crate::cc::testing::epoch();
+            let lost = lost_train(t0);
+            assert!(!judge_ack(&lost, None, &[11..=11, 0..=0]));
+            // A sample taken at 450 ms leaves 5–10 (500 ms): not more than the period.
+            assert!(!judge_ack(
+                &lost,
+                Some(t0 + Duration::from_millis(450)),
+                &[11..=11, 0..=0]
+            ));
+            assert!(judge_ack(
+                &lost,
+                Some(t0 + Duration::from_millis(350)),
+                &[11..=11, 0..=0]
+            ));
+        }
+
+        #[test]
+        fn packets_below_what_the_report_covers_take_no_part() {
+            let t0 = crate::cc::testing::epoch();
+            let lost = lost_train(t0);
+            // The ACK reports from 6 up: whether something between 1 and 6 arrived is unknown.
+            assert!(!judge_ack(&lost, Some(t0), &[11..=11]));
+            // With the timer, nothing new is known.
+            assert!(!persistent_congestion(
+                &lost,
+                Some(t0),
+                PERIOD,
+                &PeerReport::Nothing
+            ));
+        }
+
+        #[test]
+        fn only_ack_eliciting_packets_in_flight_count() {
+            let t0 = crate::cc::testing::epoch();
+            let mut lost = lost_train(t0);
+            for (pn, p) in &mut lost {
+                if *pn == 1 || *pn == 10 {
+                    p.in_flight = false;
+                }
+            }
+            // 2–9 span 700 ms.
+            assert!(judge_ack(&lost, Some(t0), &[11..=11, 0..=0]));
+            for (pn, p) in &mut lost {
+                if (2..=4).contains(pn) || *pn == 9 {
+                    p.in_flight = false;
+                }
+            }
+            // 5–8 span 300 ms.
+            assert!(!judge_ack(&lost, Some(t0), &[11..=11, 0..=0]));
+        }
     }
 }
