@@ -193,6 +193,16 @@ pub fn columns(scenario: &str) -> Vec<Col> {
             ("frame_size_mean_bytes", "frame kB", 1e-3, 2),
             ("flows_failed", "failed", 1.0, 0),
         ],
+        "coexist" => vec![
+            ("flow0_mbps", "row's flow Mbit/s", 1.0, 2),
+            ("flow1_mbps", "TCP CUBIC Mbit/s", 1.0, 2),
+            ("share_pct", "row's share %", 1.0, 1),
+            ("jain_mean", "Jain mean", 1.0, 3),
+            ("link_utilisation_pct", "link util %", 1.0, 1),
+            ("queue_drop_pct", "queue drops %", 1.0, 2),
+            ("queue_delay_mean_ms", "qdelay mean ms", 1.0, 1),
+            ("flows_failed", "failed", 1.0, 0),
+        ],
         _ => vec![],
     }
 }

@@ -257,6 +257,9 @@ pub struct FairFlowRun {
     pub bottlenecks: Vec<String>,
     /// Which direction of them the data crosses (`up` or `down`).
     pub dir: String,
+    /// Its protocol when not the row's (`coexist`'s kernel TCP flow).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
     /// What the receiver metered (`None`: it gave no report).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer: Option<TransferSample>,

@@ -555,7 +555,7 @@ impl Net {
                 let ip = self.node_ip(&f.server)?;
                 let (agent, ready) = self.start_server_on(
                     &f.server,
-                    proto,
+                    f.proto.unwrap_or(proto),
                     0,
                     def.timeout_s + 30.0,
                     tern_mode,
@@ -578,7 +578,7 @@ impl Net {
                 plan.timeout_ms = f.duration_ms + 20_000;
                 let (_, ready, ip) = &servers[i];
                 let spec = AgentSpec {
-                    proto,
+                    proto: f.proto.unwrap_or(proto),
                     role: Role::Client,
                     addr: SocketAddr::new(*ip, ready.addr.port()),
                     bind: None,
@@ -648,6 +648,7 @@ impl Net {
                     rtt_ms: f.rtt_ms,
                     bottlenecks: f.bottlenecks.clone(),
                     dir: f.dir.into(),
+                    protocol: f.proto.map(|p| p.name().to_string()),
                     ..FairFlowRun::default()
                 };
                 let line = rx.recv_timeout(end.saturating_duration_since(Instant::now()));

@@ -32,6 +32,7 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ("fairness", "NC-TCP: 3 flows (30 fps video sources following their transport's rate hint, or backlogged with --load bulk) on a 1 Mbit/s, 140 ms bottleneck (together, 15 s apart, RTTs 80/100/120 ms) and a 660 kbit/s parking lot: frames missing a 150 ms playout, Jain's index over time, per-flow throughput, utilisation and queueing delay per bottleneck; tern with explicit-rate routers against tern's end-host controllers and kernel TCP"),
     ("robustness", "Issue 13: a paced 100 Mbit/s transfer into a tern server on loopback under 20 000 junk datagrams/s (garbage, replayed and mutated recorded packets, an IK Initial flood from 253 addresses, forged stateless resets): goodput kept against no attack, data intact, the server's counters and CPU per junk datagram"),
     ("scale", "Issue 12: handshakes per second (one client, 100 concurrent; server on 1 and 2 threads), bytes per idle connection at each end (10 000 and 100 000 connections) and time to accept them: tern, quinn and TCP + TLS 1.3 on loopback"),
+    ("coexist", "Beside kernel TCP: one flow of the row's protocol and one kernel TCP CUBIC flow, backlogged, on one bottleneck (lte: 30 Mbit/s, 35 ms) with a deep (2 BDP), a 1/2-BDP and a shallow (1/10 BDP) buffer: each flow's throughput, the row's share, Jain's index, the loss rate at the bottleneck; tern CUBIC with and without its random-loss tolerance, tern BBR and Copa, kernel TCP cubic and bbr"),
     ("cc", "Controller ranking: every tern controller, kernel TCP cubic and bbr, and quinn, on one link: 20 s bulk (throughput, utilisation, queueing delay mean and p95 at the bottleneck) and the MAR request load (p99 RTT)"),
 ];
 
@@ -330,6 +331,8 @@ pub struct FairFlow {
     pub bottlenecks: Vec<String>,
     /// Which direction of them the data crosses.
     pub dir: &'static str,
+    /// Its protocol when not the row's (`coexist`: the kernel TCP flow beside the row's).
+    pub proto: Option<Proto>,
 }
 
 impl CaseDef {
@@ -505,7 +508,7 @@ fn default_protocols(scenario: &str) -> Vec<Proto> {
         "multipath" => vec![Tern, Tcp, Mptcp],
         "handover" => vec![Tern, Mptcp, Quic, Tcp],
         "cc" => vec![Tern, Tcp, TcpBbr, Quic],
-        "fairness" => vec![Tern, Tcp, TcpBbr],
+        "fairness" | "coexist" => vec![Tern, Tcp, TcpBbr],
         "initwin" => vec![Tern, Tcp, Quic],
         "mss" => vec![Tern, Tcp],
         _ => vec![],
@@ -553,6 +556,9 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         }
         (s, NetKind::Mobile) if s != "handover" => {
             bail!("{s} does not move the client; use a single-path profile")
+        }
+        ("coexist", n) if n != NetKind::Single => {
+            bail!("coexist needs a single-bottleneck profile (lte, 5g, wifi, path50, ncvdn)")
         }
         ("fairness", n) if n != NetKind::Single => bail!(
             "fairness needs a single-bottleneck profile (ncvdn); its parking-lot case uses the parking-lot profile by itself"
@@ -644,6 +650,18 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
                 reason,
             }),
         }
+    }
+    if scenario == "coexist" && o.tern_mode.is_none() && o.tern_cc.is_none() {
+        // tern's default (CUBIC with the random-loss tolerance), the same without it, and
+        // the two controllers that ignore isolated losses by design.
+        tern_modes = [
+            "flows:cc=cubic",
+            "flows:cc=cubic:tolerance=off",
+            "flows:cc=bbr",
+            "flows:cc=copa",
+        ]
+        .map(String::from)
+        .to_vec();
     }
     for m in &tern_modes {
         let mode = crate::proto::ternp::TernMode::parse(m).map_err(|e| anyhow::anyhow!(e))?;
@@ -1170,6 +1188,11 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             mar.timeout_s = phase_s * MAR_SIZES.len() as f64 + 20.0;
             cases.push(mar);
         }
+        "coexist" => {
+            let c = coexist_cases(q, &link(losses[0], None), profile)?;
+            settings["coexist"] = c.1;
+            cases.extend(c.0);
+        }
         "fairness" => {
             let loads = o.loads.clone().unwrap_or_else(|| vec!["video".into()]);
             let f = fairness_cases(q, &link(losses[0], None), profile, &loads)?;
@@ -1191,13 +1214,15 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             (Proto::Udp | Proto::Rtp, "multipath" | "handover") => {
                 Some("unreliable: a transfer needs retransmission".into())
             }
-            (Proto::Udt | Proto::Srt, "multipath" | "handover" | "fairness") => {
+            (Proto::Udt | Proto::Srt, "multipath" | "handover" | "fairness" | "coexist") => {
                 Some("the C shims have no metered transfer".into())
             }
-            (Proto::Udp | Proto::Rtp, "fairness") => {
+            (Proto::Udp | Proto::Rtp, "fairness" | "coexist") => {
                 Some("unreliable: a backlogged flow needs retransmission".into())
             }
-            (Proto::Mptcp, "fairness") => Some("the fairness topologies have one path".into()),
+            (Proto::Mptcp, "fairness" | "coexist") => {
+                Some("the fairness topologies have one path".into())
+            }
             (Proto::Rtp, "bulk") => Some("RTP runs request/response workloads only".into()),
             _ => None,
         });
@@ -1220,6 +1245,98 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
         tern_modes,
         routed_modes,
     })
+}
+
+/// Bottleneck buffers of `coexist`, in bandwidth-delay products of the profile's link.
+pub const COEXIST_BUFFERS_BDP: [(&str, f64); 3] = [("deep", 2.0), ("half", 0.5), ("shallow", 0.1)];
+
+/// The `coexist` cases: on the profile's link (rate down, RTT), one backlogged flow of the
+/// row's protocol and one of kernel TCP CUBIC start together, server → client, for 60 s
+/// (quick: 20 s), once per bottleneck buffer of [`COEXIST_BUFFERS_BDP`]. The question is the
+/// outside review's: does tern's random-loss tolerance take more than a fair share from TCP
+/// where the buffer is too shallow for a queue to stand?
+fn coexist_cases(
+    q: bool,
+    base: &LinkOptions,
+    profile: &'static Profile,
+) -> anyhow::Result<(Vec<CaseDef>, Value)> {
+    let secs: u64 = if q { 20 } else { 60 };
+    let warmup_s: u64 = if q { 5 } else { 10 };
+    let Some(rate) = profile.down_mbps else {
+        bail!("coexist needs a profile with a fixed rate");
+    };
+    let rtt = profile.rtt_ms;
+    let bdp_ms = rtt;
+    let mut cases = Vec::new();
+    for (name, bdp) in COEXIST_BUFFERS_BDP {
+        let queue_ms = bdp * bdp_ms;
+        let mut lo = base.clone();
+        lo.links = vec![("r".to_string(), format!("queue={queue_ms}ms"))];
+        let mut def = CaseDef::new(
+            params(&[
+                ("case", json!(name)),
+                ("buffer_bdp", json!(bdp)),
+                ("capacity_mbps", json!(rate)),
+                ("warmup_s", json!(warmup_s)),
+            ]),
+            lo,
+            Work::Transfer(TransferPlan {
+                size: u64::MAX,
+                duration_ms: None,
+                timeout_ms: 0,
+                multipath: false,
+                window_ms: None,
+                follow_address: false,
+                resume_after_ms: None,
+                bin_ms: 100,
+                event_at_ms: None,
+                video: None,
+            }),
+            NetKind::Single,
+        );
+        let flow = |proto| FairFlow {
+            client: "c".into(),
+            server: "s".into(),
+            start_ms: 0,
+            duration_ms: secs * 1000,
+            rtt_ms: rtt,
+            bottlenecks: vec!["r".into()],
+            dir: "down",
+            proto,
+        };
+        def.multi = Some(MultiFlow {
+            flows: vec![flow(None), flow(Some(Proto::Tcp))],
+            bottlenecks: vec!["r".into()],
+        });
+        def.timeout_s = secs as f64 + 30.0;
+        cases.push(def);
+    }
+    let settings = json!({
+        "duration_s": secs,
+        "warmup_s": warmup_s,
+        "buffers_bdp": COEXIST_BUFFERS_BDP.iter().map(|(n, b)| json!({"case": n, "bdp": b, "queue_ms": b * bdp_ms})).collect::<Vec<_>>(),
+        "flows": "flow 0: the row's protocol; flow 1: kernel TCP CUBIC; both backlogged, server → client, started together",
+    });
+    Ok((cases, settings))
+}
+
+/// `coexist`'s own figures beside the fairness metrics: `share_pct`, the row's flow's part
+/// of the two flows' steady goodput (50 is an even split); `queue_drop_pct`, the packets the
+/// bottleneck's queue dropped on the data's way over those offered to it (whole run, both
+/// flows).
+fn coexist_metrics(case: &Case, m: &mut BTreeMap<String, f64>) {
+    if let (Some(a), Some(b)) = (m.get("flow0_mbps"), m.get("flow1_mbps")) {
+        if a + b > 0.0 {
+            let share = 100.0 * a / (a + b);
+            m.insert("share_pct".into(), share);
+        }
+    }
+    if let Some(l) = case.links.iter().find(|l| l.link == "r" && l.dir == "down") {
+        if l.offered > 0 {
+            let pct = 100.0 * l.dropped_queue as f64 / l.offered as f64;
+            m.insert("queue_drop_pct".into(), pct);
+        }
+    }
 }
 
 /// The `fairness` cases (NC-TCP's experiments) and the settings that describe them.
@@ -1278,6 +1395,7 @@ fn fairness_cases(
                 rtt_ms,
                 bottlenecks: links.iter().map(|l| l.to_string()).collect(),
                 dir,
+                proto: None,
             }
         };
     let mut cases = Vec::new();
@@ -1884,13 +2002,17 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                 params: base,
                 metrics: controller_metrics(case, deadline),
             }),
-            "fairness" => {
+            "fairness" | "coexist" => {
                 base.remove("capacity_mbps");
                 base.remove("warmup_s");
+                let mut metrics = fairness_metrics(case);
+                if run.scenario == "coexist" {
+                    coexist_metrics(case, &mut metrics);
+                }
                 rows.push(Row {
                     protocol: case.protocol.clone(),
                     params: base,
-                    metrics: fairness_metrics(case),
+                    metrics,
                 })
             }
             _ => {}
@@ -1898,7 +2020,7 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
     }
     match run.scenario.as_str() {
         "multipath" => multipath_ratios(&mut rows),
-        "handover" | "fairness" => {}
+        "handover" | "fairness" | "coexist" => {}
         // Issue 12's goal: goodput ≥ TCP + TLS and ≥ 2.5× quinn, CPU per byte ≤ 0.5× quinn's.
         "bulk" => {
             for base in ["tcp", "tcp-tls", "quic"] {
@@ -2186,6 +2308,7 @@ pub fn headline(scenario: &str) -> Vec<(&'static str, &'static str)> {
             ("utilisation_pct", "util"),
             ("queue_delay_mean_ms", "qdelay"),
         ],
+        "coexist" => vec![("share_pct", "share"), ("jain_mean", "jain")],
         _ => vec![],
     }
 }
@@ -2447,6 +2570,68 @@ mod tests {
     }
 
     #[test]
+    fn coexist_plans_three_buffers_with_a_kernel_tcp_flow_beside_the_row() {
+        let mut o = opts("coexist", None);
+        o.protocols = None;
+        let p = plan(&o).unwrap();
+        assert_eq!(p.profile.name, "lte");
+        assert_eq!(p.protocols, [Proto::Tern, Proto::Tcp, Proto::TcpBbr]);
+        assert_eq!(
+            p.tern_modes,
+            [
+                "flows:cc=cubic",
+                "flows:cc=cubic:tolerance=off",
+                "flows:cc=bbr",
+                "flows:cc=copa"
+            ]
+        );
+        let names: Vec<String> = p.cases.iter().map(|c| pval_of(&c.params, "case")).collect();
+        assert_eq!(names, ["deep", "half", "shallow"]);
+        for c in &p.cases {
+            let flows = &c.multi.as_ref().unwrap().flows;
+            let protos: Vec<Option<Proto>> = flows.iter().map(|f| f.proto).collect();
+            assert_eq!(protos, [None, Some(Proto::Tcp)]);
+            assert!(flows.iter().all(|f| f.start_ms == 0 && f.dir == "down"));
+        }
+        // The shallow buffer is a tenth of lte's 35 ms at 30 Mbit/s.
+        let cfg = p.emulation(&p.cases[2], 7).unwrap().unwrap();
+        let queue = format!("{:?}", cfg.links["r"].down);
+        assert!(queue.contains("3.5ms") || queue.contains("3500"), "{queue}");
+        // Two paths are not one bottleneck.
+        let mut two = opts("coexist", None);
+        two.profile = Some("viscous".into());
+        assert!(plan(&two).is_err());
+    }
+
+    #[test]
+    fn coexist_rows_carry_the_share_and_the_queue_drops() {
+        let case = Case {
+            protocol: "tern-cubic".into(),
+            links: vec![crate::results::LinkStat {
+                link: "r".into(),
+                dir: "down".into(),
+                offered: 1000,
+                delivered_bytes: 0,
+                dropped_queue: 25,
+                dropped_loss: 0,
+                dropped_outage: 0,
+                queue_max_bytes: 0,
+                queue_delay_mean_ms: None,
+                queue_delay_p95_ms: None,
+                queue_wait_mean_ms: None,
+                queue_wait_p95_ms: None,
+            }],
+            ..Case::default()
+        };
+        let mut m = BTreeMap::new();
+        m.insert("flow0_mbps".to_string(), 6.0);
+        m.insert("flow1_mbps".to_string(), 2.0);
+        coexist_metrics(&case, &mut m);
+        assert_eq!(m["share_pct"], 75.0);
+        assert_eq!(m["queue_drop_pct"], 2.5);
+    }
+
+    #[test]
     fn fairness_plans_four_cases_and_skips_the_router_row_until_it_exists() {
         let mut o = opts("fairness", None);
         o.protocols = None;
@@ -2539,6 +2724,7 @@ mod tests {
             rtt_ms: 140.0,
             bottlenecks: links.iter().map(|l| l.to_string()).collect(),
             dir: "down".into(),
+            protocol: None,
             transfer: Some(TransferSample {
                 bin_ms: 100,
                 bins: vec![rate; (duration_ms / 100) as usize],

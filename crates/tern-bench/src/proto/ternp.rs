@@ -81,6 +81,9 @@ pub struct ModeSettings {
     /// sender's bound, `proto::video::SEND_BUFFER`). Not in the row's label: the workload
     /// sets it for every row alike.
     pub send_buffer: Option<u32>,
+    /// `tolerance=off`: CUBIC or NewReno without the random-loss tolerance (RFC 9002's
+    /// response to every loss; `coexist` compares the two beside kernel TCP).
+    pub loss_tolerance: Option<bool>,
 }
 
 /// IPv4 + UDP headers, what an MSS counts beyond the UDP payload.
@@ -103,6 +106,9 @@ impl ModeSettings {
         }
         if let Some(mss) = self.mss {
             l += &format!("-mss{mss}");
+        }
+        if self.loss_tolerance == Some(false) {
+            l += "-strict";
         }
         l
     }
@@ -157,9 +163,16 @@ pub fn split_settings(mode: &str) -> Result<(&str, ModeSettings), String> {
                         .ok_or_else(|| bad("send buffer (at least 4096 bytes)"))?,
                 )
             }
+            "tolerance" => {
+                settings.loss_tolerance = Some(match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad("random-loss tolerance (on, off)")),
+                })
+            }
             _ => {
                 return Err(format!(
-                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss, sndbuf)"
+                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss, sndbuf, tolerance)"
                 ))
             }
         }
@@ -292,6 +305,29 @@ pub(crate) fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfi
         Some(iw) => cfg.connection.congestion = cc.factory_with_initial_window(iw),
         None if settings.controller.is_some() => cfg.connection.congestion = cc.factory(),
         None => {}
+    }
+    if let Some(tolerance) = settings.loss_tolerance {
+        use tern::cc::{Algorithm, CubicConfig, NewRenoConfig, DEFAULT_INITIAL_WINDOW_PACKETS};
+        let iw = settings
+            .initial_window
+            .unwrap_or(DEFAULT_INITIAL_WINDOW_PACKETS);
+        cfg.connection.congestion = match cc {
+            Algorithm::Cubic => Arc::new(
+                CubicConfig::default()
+                    .initial_window_packets(iw)
+                    .random_loss_tolerance(tolerance),
+            ),
+            Algorithm::NewReno => Arc::new(
+                NewRenoConfig::default()
+                    .initial_window_packets(iw)
+                    .random_loss_tolerance(tolerance),
+            ),
+            other => {
+                return Err(io::Error::other(format!(
+                    "tolerance= applies to cubic and newreno, not {other}"
+                )))
+            }
+        };
     }
     if let Some(b) = settings.send_buffer {
         cfg.connection.flows.send_buffer = u64::from(b);
@@ -748,5 +784,40 @@ mod tests {
         let cfg = config(false, "flows:mss=9000:iw=64").unwrap();
         assert_eq!(cfg.connection.max_datagram_size, 8972);
         assert_eq!(cfg.connection.max_recv_datagram_size, 8972);
+    }
+
+    #[test]
+    fn a_mode_can_switch_the_random_loss_tolerance_off() {
+        assert_eq!(
+            label_for("flows:cc=cubic:tolerance=off").unwrap(),
+            "tern-cubic-strict"
+        );
+        assert_eq!(
+            label_for("flows:cc=cubic:tolerance=on").unwrap(),
+            "tern-cubic"
+        );
+        let (_, s) = split_settings("flows:tolerance=off").unwrap();
+        assert_eq!(s.loss_tolerance, Some(false));
+        assert!(split_settings("flows:tolerance=maybe").is_err());
+        let strict = format!(
+            "{:?}",
+            config(false, "flows:cc=cubic:tolerance=off:iw=16")
+                .unwrap()
+                .connection
+                .congestion
+        );
+        assert!(strict.contains("random_loss_tolerance: false"), "{strict}");
+        assert!(strict.contains("initial_window_packets: 16"), "{strict}");
+        let default = format!(
+            "{:?}",
+            config(false, "flows:tolerance=on")
+                .unwrap()
+                .connection
+                .congestion
+        );
+        assert!(default.contains("random_loss_tolerance: true"), "{default}");
+        // BBR and Copa have no such rule to switch.
+        let err = config(false, "flows:cc=bbr:tolerance=off").unwrap_err();
+        assert!(err.to_string().contains("cubic and newreno"), "{err}");
     }
 }

@@ -117,9 +117,9 @@ pub const MAX_WINDOW: u64 = 1 << 48;
 /// Weight of one datagram in the loss-ratio EWMA.
 ///
 /// 1/256 acts like a prior of ~256 loss-free datagrams: at 1 % random loss the estimate stays
-/// near 1 % and crossing 5 % needs about a dozen losses bunched within a few hundred datagrams
-/// (a Poisson tail below 10⁻⁵), while a sustained 10 % loss rate crosses 5 % after about 150
-/// datagrams and a 50 % overflow burst after about 25.
+/// near 1 % and crossing the default 10 % threshold needs about 25 losses bunched within a few
+/// hundred datagrams (a Poisson tail far below 10⁻⁹), while a sustained 20 % loss rate crosses
+/// it after about 180 datagrams and a 50 % overflow burst after about 60.
 pub const LOSS_RATIO_GAIN: f64 = 1.0 / 256.0;
 
 /// Floor of the queueing delay that counts as a standing queue (rule 1 in the module doc):

@@ -56,9 +56,15 @@
 //!   **persistent congestion** (RFC 9002 §7.6: nothing delivered for several PTOs) collapses
 //!   the window to its minimum (2 datagrams), resets `v` and re-enters slow start: the delay
 //!   signal is gone when nothing gets through, so the window must not stay large.
-//! - The risk: a bottleneck that drops without queueing (a policer, a tiny buffer) never
-//!   raises `d_q`, so Copa keeps pushing against it. tern's loss recovery still repairs the
-//!   data; a loss-ratio backstop like [`Classic`]'s is not part of the paper and is not added.
+//! - **A loss backstop** ([`CopaConfig::loss_backstop`], on in tern's Copa, not the paper's):
+//!   a bottleneck that drops without queueing (a policer, a buffer shallower than the noise
+//!   floor) never raises `d_q`, so the paper's Copa keeps pushing against it, its velocity
+//!   doubling: beside kernel TCP CUBIC at a buffer of a tenth of the BDP (`tern-bench run
+//!   coexist`, `lte`) the bottleneck dropped 88 % of what was offered to it and TCP kept 0.5 %
+//!   of the link. So when the loss ratio (an EWMA over datagrams, as [`Classic`]'s) is above
+//!   [`TERN_LOSS_BACKSTOP`] (10 %), a loss cuts the window to the delivery rate × `RTTmin`
+//!   (at most once per round trip, outside competitive mode, which has its own AIMD). Random
+//!   radio loss below 10 % stays no signal.
 //! - One RTT sample per ACK frame, `now − sent` of the newest packet it acknowledges (RFC 9002
 //!   §5.1's sample). The older packets of a frame waited for the peer's delayed ACK (tern's
 //!   peer ACKs every 10 packets at high rates), and with their samples the ACK wait looks like
@@ -175,6 +181,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::classic::LOSS_RATIO_GAIN;
 use super::windowed::{Windowed, WindowedQuantile};
 use super::{Controller, ControllerFactory, Metrics, PathInfo};
 use crate::recovery::rtt::RttEstimator;
@@ -198,6 +205,13 @@ pub const TERN_STANDING_QUANTILE: f64 = 0.5;
 /// ([`CopaConfig::noise_floor`]; "The delay level under in-order jitter" above): the floor of
 /// tern's classic controllers' standing-queue test.
 pub const TERN_NOISE_FLOOR: Duration = super::classic::MIN_STANDING_QUEUE;
+
+/// The loss ratio above which tern's Copa takes a loss as congestion
+/// ([`CopaConfig::loss_backstop`]): the classic controllers' default threshold, so that random
+/// radio loss below it stays no signal while a policer or a buffer too shallow for a queue to
+/// form cannot be overrun without limit (`tern-bench run coexist`: 88 % of the packets
+/// offered to a buffer of a tenth of the BDP were dropped without it).
+pub const TERN_LOSS_BACKSTOP: f64 = 0.10;
 
 /// The noise floor is at most `RTTmin` over this, so that on a short path the queue it lets
 /// stand adds at most a quarter to the round trip.
@@ -370,8 +384,10 @@ pub struct Copa {
     /// a window is full.
     min: Windowed,
     max: Windowed,
-    /// Delivery rate over the last `srtt`, for the queue bound.
+    /// Delivery rate over the last `srtt`, for the queue bound and the loss backstop.
     ack_rate: AckRate,
+    /// EWMA of the loss ratio over datagrams, as [`Classic`]'s (gain [`LOSS_RATIO_GAIN`]).
+    loss_ratio: f64,
     non_congestive_losses: u64,
     congestion_events: u64,
     persistent_congestion_events: u64,
@@ -412,6 +428,7 @@ impl Copa {
             min: Windowed::new(false),
             max: Windowed::new(true),
             ack_rate: AckRate::default(),
+            loss_ratio: 0.0,
             non_congestive_losses: 0,
             congestion_events: 0,
             persistent_congestion_events: 0,
@@ -642,6 +659,47 @@ impl Copa {
         }
     }
 
+    /// Moves the loss-ratio EWMA by `bytes` acknowledged or lost (as [`Classic`]'s).
+    fn observe_loss_ratio(&mut self, bytes: u64, lost: bool) {
+        if bytes == 0 {
+            return;
+        }
+        let datagrams = bytes as f64 / self.mss as f64;
+        let gain = 1.0 - (1.0 - LOSS_RATIO_GAIN).powf(datagrams);
+        let target = if lost { 1.0 } else { 0.0 };
+        let next = self.loss_ratio + gain * (target - self.loss_ratio);
+        self.loss_ratio = if next.is_finite() {
+            next.clamp(0.0, 1.0)
+        } else {
+            target
+        };
+    }
+
+    /// The loss backstop ([`CopaConfig::loss_backstop`]): with the loss ratio above it, cuts
+    /// the window to the delivery rate × `RTTmin` (what the path delivered, no queue) and
+    /// ends slow start. Returns whether it cut.
+    fn loss_backstop_cut(&mut self, now: Instant, rtt: &RttEstimator) -> bool {
+        let Some(ratio) = self.config.loss_backstop else {
+            return false;
+        };
+        if self.loss_ratio <= ratio {
+            return false;
+        }
+        let Some(min) = rtt.min() else {
+            return false;
+        };
+        let delivered = self
+            .ack_rate
+            .get(now, self.srtt)
+            .map_or(self.cwnd, |rate| rate * min.as_secs_f64());
+        self.set_cwnd(self.cwnd.min(delivered));
+        self.slow_start = false;
+        self.direction = Direction::Down;
+        self.same_direction_rounds = 0;
+        self.velocity = 1.0;
+        true
+    }
+
     /// The queue bound ([`CopaConfig::queue_bound`]), called while the queue is longer than
     /// [`QUEUE_BOUND_RTTS`] × `min`: cuts the window to [`QUEUE_BOUND_GAIN`] × the delivery
     /// rate × `min` if it is above that. Returns whether it cut.
@@ -710,6 +768,7 @@ impl Controller for Copa {
         self.batch_newest = None;
         if bytes > 0 {
             self.ack_rate.push(now, bytes, self.srtt);
+            self.observe_loss_ratio(bytes, false);
         }
         self.on_round(now);
         if bytes > 0 {
@@ -725,8 +784,8 @@ impl Controller for Copa {
         persistent_congestion: bool,
         rtt: &RttEstimator,
     ) {
-        let _ = (now, lost_bytes);
         self.srtt = rtt.smoothed();
+        self.observe_loss_ratio(lost_bytes, true);
         if persistent_congestion {
             self.persistent_congestion_events += 1;
             self.congestion_events += 1;
@@ -746,7 +805,13 @@ impl Controller for Copa {
         let new_round = self
             .last_loss_reaction
             .is_none_or(|t| largest_lost_sent > t);
-        if self.competitive && new_round {
+        if !self.competitive && new_round && self.loss_backstop_cut(now, rtt) {
+            self.last_loss_reaction = Some(
+                self.last_sent
+                    .map_or(largest_lost_sent, |t| t.max(largest_lost_sent)),
+            );
+            self.congestion_events += 1;
+        } else if self.competitive && new_round {
             //  Competitive mode: 1/δ halves on a loss, at most once per RTT, never below the
             //  default 1/δ.
             self.loss_in_round = true;
@@ -820,6 +885,7 @@ pub struct CopaConfig {
     standing_quantile: f64,
     noise_floor: Duration,
     queue_bound: bool,
+    loss_backstop: Option<f64>,
 }
 
 impl Default for CopaConfig {
@@ -831,6 +897,7 @@ impl Default for CopaConfig {
             standing_quantile: 0.0,
             noise_floor: Duration::ZERO,
             queue_bound: false,
+            loss_backstop: None,
         }
     }
 }
@@ -908,16 +975,32 @@ impl CopaConfig {
         self.queue_bound
     }
 
+    /// The loss backstop ("Loss, and what differs from the paper" in the module doc): when
+    /// the loss ratio (an EWMA over datagrams, as [`Classic`](super::Classic)'s) exceeds `ratio`, a loss cuts
+    /// the window to the delivery rate × `RTTmin`, at most once per round trip, outside
+    /// competitive mode. `None`, the default, is the paper's (loss is no signal); tern's Copa
+    /// uses [`TERN_LOSS_BACKSTOP`]. Values outside (0, 1] turn it off.
+    pub fn loss_backstop(mut self, ratio: Option<f64>) -> Self {
+        self.loss_backstop = ratio.filter(|r| r.is_finite() && *r > 0.0 && *r <= 1.0);
+        self
+    }
+
+    /// The loss backstop's ratio, if on.
+    pub fn get_loss_backstop(&self) -> Option<f64> {
+        self.loss_backstop
+    }
+
     /// tern's Copa ([`Algorithm::Copa`](super::Algorithm::Copa), `--cc copa`): δ =
     /// [`TERN_DELTA`], the median as the standing RTT ([`TERN_STANDING_QUANTILE`]), a
-    /// [`TERN_NOISE_FLOOR`] of 2 ms and the queue bound ([`CopaConfig::queue_bound`]).
-    /// [`CopaConfig::default`] is the paper's.
+    /// [`TERN_NOISE_FLOOR`] of 2 ms, the queue bound ([`CopaConfig::queue_bound`]) and the
+    /// loss backstop at [`TERN_LOSS_BACKSTOP`]. [`CopaConfig::default`] is the paper's.
     pub fn tern() -> Self {
         Self::default()
             .delta(TERN_DELTA)
             .standing_quantile(TERN_STANDING_QUANTILE)
             .noise_floor(TERN_NOISE_FLOOR)
             .queue_bound(true)
+            .loss_backstop(Some(TERN_LOSS_BACKSTOP))
     }
 }
 
@@ -1241,6 +1324,58 @@ mod tests {
         assert_eq!(cc.window(), 2 * MSS);
         assert!(cc.in_slow_start());
         assert_eq!(cc.metrics().persistent_congestion_events, 1);
+    }
+
+    #[test]
+    fn tern_copa_takes_losses_above_the_backstop_ratio_as_congestion() {
+        let rtt = rtt_with(40 * MS, 40 * MS);
+        let mut cc = Copa::new(
+            &CopaConfig::tern(),
+            epoch(),
+            &PathInfo::new(MSS as u16, 40 * MS, 0),
+        );
+        cc.slow_start = false;
+        cc.cwnd = 400.0 * MSS as f64;
+        // 100 packets a 40 ms round delivered: 3 000 per second, 120 per RTTmin.
+        let mut t = epoch() + Duration::from_secs(1);
+        for _ in 0..400 {
+            t += Duration::from_micros(333);
+            cc.on_ack(t, t - 40 * MS, MSS, false, &rtt);
+            cc.on_end_acks(t, 0, false, Some(t - 40 * MS));
+        }
+        let before = cc.window();
+        // A loss now and then (1 %): no signal.
+        cc.on_congestion_event(t, t, 4 * MSS, false, &rtt);
+        assert_eq!(cc.metrics().non_congestive_losses, 1);
+        assert_eq!(cc.metrics().congestion_events, 0);
+        // A fifth of what is sent lost (8 of every 38), the rest delivered at the same rate:
+        // the ratio crosses 10 % and the window falls to what the path delivered in an
+        // `RTTmin`, about 120 datagrams.
+        let mut cut_at = None;
+        for i in 0..40 {
+            cc.on_congestion_event(t, t - 40 * MS, 8 * MSS, false, &rtt);
+            if cut_at.is_none() && cc.metrics().congestion_events > 0 {
+                cut_at = Some(i);
+            }
+            for _ in 0..30 {
+                t += Duration::from_micros(333);
+                cc.on_ack(t, t - 40 * MS, MSS, false, &rtt);
+                cc.on_end_acks(t, 0, false, Some(t - 40 * MS));
+            }
+        }
+        assert!(cut_at.is_some(), "never cut: {:?}", cc.metrics());
+        assert!(cc.window() < before, "{} !< {before}", cc.window());
+        let window = cc.window() / MSS;
+        assert!((100..=140).contains(&window), "{window} datagrams");
+        // The paper's Copa has no backstop.
+        let mut paper = copa();
+        paper.slow_start = false;
+        paper.cwnd = 400.0 * MSS as f64;
+        for _ in 0..40 {
+            paper.on_congestion_event(t, t, 10 * MSS, false, &rtt);
+        }
+        assert_eq!(paper.window(), 400 * MSS);
+        assert_eq!(paper.metrics().congestion_events, 0);
     }
 
     #[test]
