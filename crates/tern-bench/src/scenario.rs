@@ -1247,6 +1247,23 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
     })
 }
 
+/// A flow of `fairness` or `coexist`: a transfer without end (each flow's duration bounds
+/// it), metered in `bin_ms` bins; a video source's if `video`.
+fn backlogged(bin_ms: u64, video: Option<VideoPlan>) -> Work {
+    Work::Transfer(TransferPlan {
+        size: u64::MAX,
+        duration_ms: None,
+        timeout_ms: 0,
+        multipath: false,
+        window_ms: None,
+        follow_address: false,
+        resume_after_ms: None,
+        bin_ms,
+        event_at_ms: None,
+        video,
+    })
+}
+
 /// Bottleneck buffers of `coexist`, in bandwidth-delay products of the profile's link.
 pub const COEXIST_BUFFERS_BDP: [(&str, f64); 3] = [("deep", 2.0), ("half", 0.5), ("shallow", 0.1)];
 
@@ -1280,18 +1297,7 @@ fn coexist_cases(
                 ("warmup_s", json!(warmup_s)),
             ]),
             lo,
-            Work::Transfer(TransferPlan {
-                size: u64::MAX,
-                duration_ms: None,
-                timeout_ms: 0,
-                multipath: false,
-                window_ms: None,
-                follow_address: false,
-                resume_after_ms: None,
-                bin_ms: 100,
-                event_at_ms: None,
-                video: None,
-            }),
+            backlogged(100, None),
             NetKind::Single,
         );
         let flow = |proto| FairFlow {
@@ -1369,21 +1375,13 @@ fn fairness_cases(
     let rate = profile.down_mbps.unwrap_or(1.0);
     let rtt = profile.rtt_ms;
     let transfer = |bin_ms, load: &str| {
-        Work::Transfer(TransferPlan {
-            size: u64::MAX,
-            duration_ms: None,
-            timeout_ms: 0,
-            multipath: false,
-            window_ms: None,
-            follow_address: false,
-            resume_after_ms: None,
+        backlogged(
             bin_ms,
-            event_at_ms: None,
-            video: (load == "video").then_some(VideoPlan {
+            (load == "video").then_some(VideoPlan {
                 fps: VIDEO_FPS,
                 playout_ms: VIDEO_PLAYOUT_MS,
             }),
-        })
+        )
     };
     let flow =
         |client: &str, server: &str, start_s: u64, run_s: u64, rtt_ms: f64, links: &[&str], dir| {
@@ -2608,18 +2606,9 @@ mod tests {
         let case = Case {
             protocol: "tern-cubic".into(),
             links: vec![crate::results::LinkStat {
-                link: "r".into(),
-                dir: "down".into(),
                 offered: 1000,
-                delivered_bytes: 0,
                 dropped_queue: 25,
-                dropped_loss: 0,
-                dropped_outage: 0,
-                queue_max_bytes: 0,
-                queue_delay_mean_ms: None,
-                queue_delay_p95_ms: None,
-                queue_wait_mean_ms: None,
-                queue_wait_p95_ms: None,
+                ..down("r", 0)
             }],
             ..Case::default()
         };

@@ -33,6 +33,12 @@ struct Cli {
     /// router stamps).
     #[arg(long, global = true, default_value_t = tern::cc::Algorithm::default())]
     cc: tern::cc::Algorithm,
+    /// With `--cc cubic` or `newreno`: every loss is a congestion signal, as RFC 9002 says,
+    /// without tern's random-loss tolerance (PROTOCOL.md §11.8). The tolerance keeps the window
+    /// up on radio links with random loss; beside TCP at a shallow shared buffer it takes most
+    /// of the link (docs/BENCHMARKS.md, `coexist`).
+    #[arg(long, global = true)]
+    no_loss_tolerance: bool,
     /// Write a qlog file (JSON-SEQ, readable in qvis) per connection into this directory:
     /// packets, RTT, congestion window, pacing rate and state. Also: TERN_QLOG_DIR.
     #[arg(long, global = true)]
@@ -165,8 +171,16 @@ struct PathArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     util::init_logging(&cli.log);
+    if cli.no_loss_tolerance && util::tolerant(cli.cc).is_none() {
+        eprintln!(
+            "error: --no-loss-tolerance applies to --cc cubic and newreno ({} has no random-loss tolerance)",
+            cli.cc
+        );
+        return ExitCode::FAILURE;
+    }
     util::set_globals(util::Globals {
         cc: cli.cc,
+        no_loss_tolerance: cli.no_loss_tolerance,
         qlog: cli.qlog.clone(),
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()

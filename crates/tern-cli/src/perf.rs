@@ -137,9 +137,14 @@ pub(crate) async fn compare_local(bytes: u64, time: Option<f64>) -> Result<()> {
         took,
         cpu,
         &format!(
-            "  (encrypted; cc {}; lost {} pkts, {} spurious; ECN {}; GSO {} segments/send, GRO {} \
+            "  (encrypted; cc {}{}; lost {} pkts, {} spurious; ECN {}; GSO {} segments/send, GRO {} \
              segments/receive)",
             util::controller(),
+            if util::strict_losses() {
+                " without loss tolerance"
+            } else {
+                ""
+            },
             s.packets_lost,
             s.spurious_losses,
             s.ecn,

@@ -2,9 +2,11 @@
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
+use tern::cc::ControllerFactory;
 use tern::{Endpoint, PublicKey, StaticKeypair};
 
 use crate::{PathArgs, ServerArgs};
@@ -15,6 +17,8 @@ use crate::{PathArgs, ServerArgs};
 pub(crate) struct Globals {
     /// `--cc`: the congestion controller.
     pub(crate) cc: tern::cc::Algorithm,
+    /// `--no-loss-tolerance`: CUBIC or NewReno without the random-loss tolerance.
+    pub(crate) no_loss_tolerance: bool,
     /// `--qlog DIR`: write a qlog file per connection there.
     pub(crate) qlog: Option<std::path::PathBuf>,
 }
@@ -31,12 +35,49 @@ pub(crate) fn controller() -> tern::cc::Algorithm {
     GLOBALS.get().map(|g| g.cc).unwrap_or_default()
 }
 
+/// The factory of `cc` with its random-loss tolerance set to `on`, for the controllers that
+/// have one (CUBIC, NewReno); `None` for the others.
+pub(crate) fn tolerant(cc: tern::cc::Algorithm) -> Option<fn(bool) -> Arc<dyn ControllerFactory>> {
+    use tern::cc::{Algorithm, CubicConfig, NewRenoConfig, DEFAULT_INITIAL_WINDOW_PACKETS as IW};
+    match cc {
+        Algorithm::Cubic => Some(|on| {
+            Arc::new(
+                CubicConfig::default()
+                    .initial_window_packets(IW)
+                    .random_loss_tolerance(on),
+            )
+        }),
+        Algorithm::NewReno => Some(|on| {
+            Arc::new(
+                NewRenoConfig::default()
+                    .initial_window_packets(IW)
+                    .random_loss_tolerance(on),
+            )
+        }),
+        _ => None,
+    }
+}
+
+/// Whether `--no-loss-tolerance` is in force (only with a controller that has the tolerance).
+pub(crate) fn strict_losses() -> bool {
+    GLOBALS.get().is_some_and(|g| g.no_loss_tolerance) && tolerant(controller()).is_some()
+}
+
+/// The congestion-controller factory of `--cc` and `--no-loss-tolerance`.
+fn congestion() -> Arc<dyn ControllerFactory> {
+    let cc = controller();
+    match tolerant(cc) {
+        Some(make) if strict_losses() => make(false),
+        _ => cc.factory(),
+    }
+}
+
 /// An endpoint builder for identity `pair` with the global options applied (`--cc`,
 /// `--qlog`). A key `new` to this run was never an earlier server's, so that server may trust
 /// first-flight timestamps from its start (PROTOCOL.md §7.6).
 fn builder(pair: StaticKeypair, new: bool) -> tern::EndpointBuilder {
     let b = Endpoint::builder(pair).configure(|c| {
-        c.connection.congestion = controller().factory();
+        c.connection.congestion = congestion();
         c.first_flight.trust_start = new;
     });
     match GLOBALS.get().and_then(|g| g.qlog.clone()) {

@@ -295,6 +295,32 @@ fn the_congestion_controller_is_chosen_by_name() {
         "{err}"
     );
     assert!(err.contains("cubic"), "{err}");
+    // CUBIC without its random-loss tolerance; a controller that has none refuses the flag.
+    let out = tern()
+        .args([
+            "perf",
+            "--compare-tcp",
+            "--bytes",
+            "2M",
+            "--cc",
+            "cubic",
+            "--no-loss-tolerance",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.contains("cc cubic without loss tolerance;"), "{text}");
+    let out = tern()
+        .args(["--cc", "bbr", "--no-loss-tolerance", "demo"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--no-loss-tolerance applies to --cc cubic and newreno"),
+        "{err}"
+    );
 }
 
 /// A UDP relay on loopback between one client and `server` that keeps a copy of the first

@@ -26,6 +26,15 @@ fn complete(t: &Transfer) -> Simulation<PairHost> {
     sim
 }
 
+/// The sending client's connection statistics.
+fn sender_stats(sim: &Simulation<PairHost>) -> tern_proto::ConnectionStats {
+    sim.client()
+        .endpoint
+        .connection(ConnectionHandle(0))
+        .expect("connection kept")
+        .stats()
+}
+
 /// Both links' counters: (client → server, server → client).
 fn link_stats(sim: &Simulation<PairHost>) -> (LinkStats, LinkStats) {
     let mut links = sim.links();
@@ -62,12 +71,7 @@ fn a_transfer_crosses_a_two_second_outage_mid_transfer() {
         .map(|(t, _)| *t - epoch)
         .find(|t| *t >= secs(4.0))
         .expect("data after the outage");
-    let stats = sim
-        .client()
-        .endpoint
-        .connection(ConnectionHandle(0))
-        .expect("connection kept")
-        .stats();
+    let stats = sender_stats(&sim);
     eprintln!(
         "outage: resumed at {resumed:?}, done at {:?}; sender lost {} packets, resent {} B, \
          persistent congestion {}; up: {up}; down: {down}",
@@ -90,12 +94,7 @@ fn a_short_outage_loses_packets_without_persistent_congestion() {
     let sim = complete(&t);
     let (up, _) = link_stats(&sim);
     assert!(up.dropped_outage > 0, "{up}");
-    let stats = sim
-        .client()
-        .endpoint
-        .connection(ConnectionHandle(0))
-        .expect("connection kept")
-        .stats();
+    let stats = sender_stats(&sim);
     assert!(stats.packets_lost > 0, "{stats:?}");
     assert!(stats.congestion_events >= 1, "{stats:?}");
     assert_eq!(stats.persistent_congestion_events, 0, "{stats:?}");

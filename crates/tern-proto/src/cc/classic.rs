@@ -122,6 +122,24 @@ pub const MAX_WINDOW: u64 = 1 << 48;
 /// it after about 180 datagrams and a 50 % overflow burst after about 60.
 pub const LOSS_RATIO_GAIN: f64 = 1.0 / 256.0;
 
+/// The loss-ratio EWMA after `bytes` more were acknowledged (`lost` false) or lost, from
+/// `ratio`: `bytes` counts as `bytes / mss` datagrams, and applying the per-datagram gain that
+/// many times at once is `1 - (1 - g)^n`. Shared with Copa's loss backstop.
+pub(crate) fn next_loss_ratio(ratio: f64, bytes: u64, mss: u64, lost: bool) -> f64 {
+    if bytes == 0 {
+        return ratio;
+    }
+    let datagrams = bytes as f64 / mss.max(1) as f64;
+    let gain = 1.0 - (1.0 - LOSS_RATIO_GAIN).powf(datagrams);
+    let target = if lost { 1.0 } else { 0.0 };
+    let next = ratio + gain * (target - ratio);
+    if next.is_finite() {
+        next.clamp(0.0, 1.0)
+    } else {
+        target
+    }
+}
+
 /// Floor of the queueing delay that counts as a standing queue (rule 1 in the module doc):
 /// below a couple of milliseconds, delay differences are timer and scheduling noise.
 pub const MIN_STANDING_QUEUE: Duration = Duration::from_millis(2);
@@ -527,20 +545,7 @@ impl<A: WindowAdjustment> Classic<A> {
 
     /// Folds `bytes` of delivered (`lost == false`) or lost data into the loss-ratio EWMA.
     fn observe(&mut self, bytes: u64, lost: bool) {
-        if bytes == 0 {
-            return;
-        }
-        // `bytes` counts as `bytes / mss` datagrams: applying the per-datagram gain that many
-        // times at once is `1 - (1 - g)^n`.
-        let datagrams = bytes as f64 / self.mss as f64;
-        let gain = 1.0 - (1.0 - LOSS_RATIO_GAIN).powf(datagrams);
-        let target = if lost { 1.0 } else { 0.0 };
-        let next = self.loss_ratio + gain * (target - self.loss_ratio);
-        self.loss_ratio = if next.is_finite() {
-            next.clamp(0.0, 1.0)
-        } else {
-            target
-        };
+        self.loss_ratio = next_loss_ratio(self.loss_ratio, bytes, self.mss, lost);
     }
 
     /// Decides whether a loss is a congestion signal; `None` = random loss, ignore it.

@@ -181,7 +181,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::classic::LOSS_RATIO_GAIN;
+use super::classic::next_loss_ratio;
 use super::windowed::{Windowed, WindowedQuantile};
 use super::{Controller, ControllerFactory, Metrics, PathInfo};
 use crate::recovery::rtt::RttEstimator;
@@ -386,7 +386,8 @@ pub struct Copa {
     max: Windowed,
     /// Delivery rate over the last `srtt`, for the queue bound and the loss backstop.
     ack_rate: AckRate,
-    /// EWMA of the loss ratio over datagrams, as [`Classic`]'s (gain [`LOSS_RATIO_GAIN`]).
+    /// EWMA of the loss ratio over datagrams, as [`Classic`]'s
+    /// ([`LOSS_RATIO_GAIN`](super::classic::LOSS_RATIO_GAIN) per datagram).
     loss_ratio: f64,
     non_congestive_losses: u64,
     congestion_events: u64,
@@ -661,18 +662,7 @@ impl Copa {
 
     /// Moves the loss-ratio EWMA by `bytes` acknowledged or lost (as [`Classic`]'s).
     fn observe_loss_ratio(&mut self, bytes: u64, lost: bool) {
-        if bytes == 0 {
-            return;
-        }
-        let datagrams = bytes as f64 / self.mss as f64;
-        let gain = 1.0 - (1.0 - LOSS_RATIO_GAIN).powf(datagrams);
-        let target = if lost { 1.0 } else { 0.0 };
-        let next = self.loss_ratio + gain * (target - self.loss_ratio);
-        self.loss_ratio = if next.is_finite() {
-            next.clamp(0.0, 1.0)
-        } else {
-            target
-        };
+        self.loss_ratio = next_loss_ratio(self.loss_ratio, bytes, self.mss, lost);
     }
 
     /// The loss backstop ([`CopaConfig::loss_backstop`]): with the loss ratio above it, cuts
