@@ -171,7 +171,7 @@ struct PathArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     util::init_logging(&cli.log);
-    if cli.no_loss_tolerance && util::tolerant(cli.cc).is_none() {
+    if cli.no_loss_tolerance && !util::has_loss_tolerance(cli.cc) {
         eprintln!(
             "error: --no-loss-tolerance applies to --cc cubic and newreno ({} has no random-loss tolerance)",
             cli.cc

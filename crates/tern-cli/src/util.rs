@@ -35,41 +35,24 @@ pub(crate) fn controller() -> tern::cc::Algorithm {
     GLOBALS.get().map(|g| g.cc).unwrap_or_default()
 }
 
-/// The factory of `cc` with its random-loss tolerance set to `on`, for the controllers that
-/// have one (CUBIC, NewReno); `None` for the others.
-pub(crate) fn tolerant(cc: tern::cc::Algorithm) -> Option<fn(bool) -> Arc<dyn ControllerFactory>> {
-    use tern::cc::{Algorithm, CubicConfig, NewRenoConfig, DEFAULT_INITIAL_WINDOW_PACKETS as IW};
-    match cc {
-        Algorithm::Cubic => Some(|on| {
-            Arc::new(
-                CubicConfig::default()
-                    .initial_window_packets(IW)
-                    .random_loss_tolerance(on),
-            )
-        }),
-        Algorithm::NewReno => Some(|on| {
-            Arc::new(
-                NewRenoConfig::default()
-                    .initial_window_packets(IW)
-                    .random_loss_tolerance(on),
-            )
-        }),
-        _ => None,
-    }
-}
-
 /// Whether `--no-loss-tolerance` is in force (only with a controller that has the tolerance).
 pub(crate) fn strict_losses() -> bool {
-    GLOBALS.get().is_some_and(|g| g.no_loss_tolerance) && tolerant(controller()).is_some()
+    GLOBALS.get().is_some_and(|g| g.no_loss_tolerance) && has_loss_tolerance(controller())
 }
 
 /// The congestion-controller factory of `--cc` and `--no-loss-tolerance`.
 fn congestion() -> Arc<dyn ControllerFactory> {
     let cc = controller();
-    match tolerant(cc) {
-        Some(make) if strict_losses() => make(false),
-        _ => cc.factory(),
-    }
+    let strict = strict_losses()
+        .then(|| cc.factory_with_loss_tolerance(tern::cc::DEFAULT_INITIAL_WINDOW_PACKETS, false))
+        .flatten();
+    strict.unwrap_or_else(|| cc.factory())
+}
+
+/// Whether `cc` has a random-loss tolerance to switch off (CUBIC, NewReno).
+pub(crate) fn has_loss_tolerance(cc: tern::cc::Algorithm) -> bool {
+    cc.factory_with_loss_tolerance(tern::cc::DEFAULT_INITIAL_WINDOW_PACKETS, false)
+        .is_some()
 }
 
 /// An endpoint builder for identity `pair` with the global options applied (`--cc`,

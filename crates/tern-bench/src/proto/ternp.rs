@@ -307,27 +307,14 @@ pub(crate) fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfi
         None => {}
     }
     if let Some(tolerance) = settings.loss_tolerance {
-        use tern::cc::{Algorithm, CubicConfig, NewRenoConfig, DEFAULT_INITIAL_WINDOW_PACKETS};
         let iw = settings
             .initial_window
-            .unwrap_or(DEFAULT_INITIAL_WINDOW_PACKETS);
-        cfg.connection.congestion = match cc {
-            Algorithm::Cubic => Arc::new(
-                CubicConfig::default()
-                    .initial_window_packets(iw)
-                    .random_loss_tolerance(tolerance),
-            ),
-            Algorithm::NewReno => Arc::new(
-                NewRenoConfig::default()
-                    .initial_window_packets(iw)
-                    .random_loss_tolerance(tolerance),
-            ),
-            other => {
-                return Err(io::Error::other(format!(
-                    "tolerance= applies to cubic and newreno, not {other}"
-                )))
-            }
-        };
+            .unwrap_or(tern::cc::DEFAULT_INITIAL_WINDOW_PACKETS);
+        cfg.connection.congestion =
+            cc.factory_with_loss_tolerance(iw, tolerance)
+                .ok_or_else(|| {
+                    io::Error::other(format!("tolerance= applies to cubic and newreno, not {cc}"))
+                })?;
     }
     if let Some(b) = settings.send_buffer {
         cfg.connection.flows.send_buffer = u64::from(b);

@@ -682,12 +682,18 @@ impl Copa {
             .ack_rate
             .get(now, self.srtt)
             .map_or(self.cwnd, |rate| rate * min.as_secs_f64());
-        self.set_cwnd(self.cwnd.min(delivered));
+        self.cut_window(self.cwnd.min(delivered));
+        true
+    }
+
+    /// Sets the window to `bound` as a reduction: slow start ends and the velocity starts
+    /// again from 1, going down.
+    fn cut_window(&mut self, bound: f64) {
+        self.set_cwnd(bound);
         self.slow_start = false;
         self.direction = Direction::Down;
         self.same_direction_rounds = 0;
         self.velocity = 1.0;
-        true
     }
 
     /// The queue bound ([`CopaConfig::queue_bound`]), called while the queue is longer than
@@ -704,11 +710,7 @@ impl Copa {
         if self.cwnd <= bound {
             return false;
         }
-        self.set_cwnd(bound);
-        self.slow_start = false;
-        self.direction = Direction::Down;
-        self.same_direction_rounds = 0;
-        self.velocity = 1.0;
+        self.cut_window(bound);
         true
     }
 }

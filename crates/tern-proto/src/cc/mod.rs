@@ -398,6 +398,29 @@ impl Algorithm {
         }
     }
 
+    /// The factory with an initial window of `packets` datagrams and the random-loss
+    /// tolerance on or off (`tolerance`), for the controllers that have one (CUBIC and
+    /// NewReno, [`ClassicConfig::random_loss_tolerance`]); `None` for the others.
+    pub fn factory_with_loss_tolerance(
+        self,
+        packets: u32,
+        tolerance: bool,
+    ) -> Option<Arc<dyn ControllerFactory>> {
+        match self {
+            Algorithm::NewReno => Some(Arc::new(
+                NewRenoConfig::default()
+                    .initial_window_packets(packets)
+                    .random_loss_tolerance(tolerance),
+            )),
+            Algorithm::Cubic => Some(Arc::new(
+                CubicConfig::default()
+                    .initial_window_packets(packets)
+                    .random_loss_tolerance(tolerance),
+            )),
+            _ => None,
+        }
+    }
+
     /// A shareable factory with the algorithm's default configuration.
     pub fn factory(self) -> Arc<dyn ControllerFactory> {
         match self {
