@@ -1,6 +1,7 @@
 //! What a handshake costs each end in CPU, without sockets or a runtime: the Noise IK
 //! messages alone, then whole connections through two core `Endpoint`s (connect, the two
-//! flights, accept, close, release).
+//! flights, accept, close, release), without and with `Endpoint::prepare_handshake` called
+//! (untimed) between connections, as a driver does while a message is in flight.
 //! `cargo run --release -p tern-proto --example handshake_cost -- 2000`.
 
 // The core never reads the clock; this example times it from outside.
@@ -51,7 +52,7 @@ fn noise(n: u32) {
     );
 }
 
-fn endpoints(n: u32) {
+fn endpoints(n: u32, prepare: bool) {
     let client_cfg = EndpointConfig::new(StaticKeypair::generate([1; 32]), [2; 32]);
     let mut server_cfg = EndpointConfig::new(StaticKeypair::generate([3; 32]), [4; 32]).server();
     server_cfg.retry = RetryPolicy::Never;
@@ -67,8 +68,17 @@ fn endpoints(n: u32) {
     let (mut client_t, mut server_t) = (Duration::ZERO, Duration::ZERO);
     let mut buf = Vec::new();
     let mut datagrams = 0u64;
+    let (mut client_ahead, mut server_ahead) = (Duration::ZERO, Duration::ZERO);
     for i in 0..n {
         let now = start + Duration::from_millis(u64::from(i));
+        if prepare {
+            let t = Instant::now();
+            client.prepare_handshake();
+            client_ahead += t.elapsed();
+            let t = Instant::now();
+            server.prepare_handshake();
+            server_ahead += t.elapsed();
+        }
         let t = Instant::now();
         let handle = client.connect(now, s, Some(key)).expect("connect");
         client_t += t.elapsed();
@@ -132,9 +142,12 @@ fn endpoints(n: u32) {
         server_t += t.elapsed();
     }
     println!(
-        "Core endpoints, connect to close: client {:.1} µs, server {:.1} µs, {:.2} datagrams; {} / {} connections left",
+        "Core endpoints, connect to close{}: client {:.1} µs, server {:.1} µs (prepared ahead: {:.1} / {:.1} µs), {:.2} datagrams; {} / {} connections left",
+        if prepare { ", prepared ahead" } else { "" },
         per(client_t, n),
         per(server_t, n),
+        per(client_ahead, n),
+        per(server_ahead, n),
         datagrams as f64 / f64::from(n),
         client.connection_count(),
         server.connection_count(),
@@ -147,5 +160,6 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2000);
     noise(n);
-    endpoints(n);
+    endpoints(n, false);
+    endpoints(n, true);
 }

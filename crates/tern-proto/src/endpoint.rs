@@ -116,6 +116,11 @@ pub struct Endpoint {
     /// Which connections have work, and their timers (polling costs the active ones only).
     schedule: crate::schedule::Schedule,
     stats: EndpointStats,
+    /// The next handshake's entropy, drawn ahead by [`Endpoint::prepare_handshake`].
+    next_entropy: Option<[u8; 32]>,
+    /// The server this endpoint last connected to with `IK`: where its next connection
+    /// most likely goes (a reconnection, a handover).
+    last_server: Option<PublicKey>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -165,7 +170,40 @@ impl Endpoint {
             events: VecDeque::new(),
             schedule: crate::schedule::Schedule::default(),
             stats: EndpointStats::default(),
+            next_entropy: None,
+            last_server: None,
         }
+    }
+
+    /// Does the X25519 work of the next handshake ahead of it: makes its ephemeral key and,
+    /// if this endpoint last connected to a server with `IK`, the key's DH with that server
+    /// (a client's first message then needs no X25519 of its own). A driver calls it when it
+    /// has nothing else to do, such as while a handshake message is in flight; the work is
+    /// kept for the next handshake this endpoint starts or accepts. Returns whether there
+    /// was work to do (at most one handshake is prepared ahead).
+    ///
+    /// It changes when the work is done, never the keys: the entropy is drawn from the
+    /// endpoint's RNG now instead of when the handshake starts, and the handshake derives
+    /// its ephemeral key from that entropy as always. A driver that never calls it (the
+    /// simulator) draws the same numbers in the same order as before.
+    pub fn prepare_handshake(&mut self) -> bool {
+        if self.next_entropy.is_some() {
+            return false;
+        }
+        let mut entropy = [0; 32];
+        self.rng.fill_bytes(&mut entropy);
+        self.next_entropy = Some(entropy);
+        crate::crypto::prepare_ephemeral(&self.config.keypair, &entropy, self.last_server.as_ref());
+        true
+    }
+
+    /// A new handshake's entropy: the one drawn ahead, if any.
+    fn handshake_entropy(&mut self) -> [u8; 32] {
+        self.next_entropy.take().unwrap_or_else(|| {
+            let mut entropy = [0; 32];
+            self.rng.fill_bytes(&mut entropy);
+            entropy
+        })
     }
 
     /// This endpoint's identity.
@@ -332,8 +370,7 @@ impl Endpoint {
         }
         let local_cid = self.new_cid();
         let odcid = self.new_cid();
-        let mut entropy = [0; 32];
-        self.rng.fill_bytes(&mut entropy);
+        let entropy = self.handshake_entropy();
         let prologue = handshake::prologue(&odcid, &local_cid);
         let noise = Handshake::initiator(
             &self.config.keypair,
@@ -341,6 +378,9 @@ impl Endpoint {
             &prologue,
             entropy,
         )?;
+        if server_key.is_some() {
+            self.last_server = server_key;
+        }
         let mut params = self.local_params(&local_cid);
         // The server's replay check of our first flight (§7.6); never 0, which means none.
         params.first_flight_time_us = self
@@ -601,8 +641,7 @@ impl Endpoint {
             return;
         }
         let local_cid = self.new_cid();
-        let mut entropy = [0; 32];
-        self.rng.fill_bytes(&mut entropy);
+        let entropy = self.handshake_entropy();
         let params = self.local_params(&local_cid);
         let config = self.connection_config.clone();
         match handshake::accept(
@@ -724,8 +763,7 @@ impl Endpoint {
         }
         let validated = old.paths[0].validated && old.paths[0].remote == remote;
         let local_cid = old.local_cid;
-        let mut entropy = [0; 32];
-        self.rng.fill_bytes(&mut entropy);
+        let entropy = self.handshake_entropy();
         let params = self.local_params(&local_cid);
         let config = self.connection_config.clone();
         if let Accept::Connection(conn) = handshake::accept(

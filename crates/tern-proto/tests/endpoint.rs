@@ -1864,3 +1864,23 @@ fn may_have_events_tells_a_touch_from_an_event() {
         .close(pair.now, 0, b"bye");
     assert!(pair.server.may_have_events());
 }
+
+#[test]
+fn handshakes_prepared_ahead_complete_and_each_uses_what_was_made_for_it() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    for round in 0..3 {
+        // The client has not connected to this server before the first round: its
+        // ephemeral key is made ahead, and from the second round its `es` too.
+        assert!(pair.client.prepare_handshake(), "round {round}");
+        assert!(pair.server.prepare_handshake(), "round {round}");
+        // One handshake ahead at most.
+        assert!(!pair.client.prepare_handshake() && !pair.server.prepare_handshake());
+        let (c, s) = connect(&mut pair, round != 1);
+        assert!(pair.client.connection(c).unwrap().is_established());
+        assert!(pair.server.connection(s).unwrap().is_established());
+        assert_eq!(
+            pair.client.connection(c).unwrap().peer_key(),
+            Some(pair.server.public_key())
+        );
+    }
+}

@@ -673,6 +673,9 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
         if more_now {
             continue;
         }
+        // Nothing to do until the next datagram: the next handshake's X25519 work now (once;
+        // a handshake in flight is waiting for its peer anyway), not when it starts.
+        shared.lock().proto.prepare_handshake();
         let sleep = async {
             match timeout {
                 Some(t) => tokio::time::sleep_until(t.into()).await,

@@ -263,6 +263,58 @@ mod tests {
         assert!(server_key.static_dh.lock().unwrap().is_empty());
     }
 
+    /// One IK round between fresh handshakes seeded `seed` (client) and `[7; 32]` (server):
+    /// the client's first message, and whether the server could read it.
+    fn first_message(
+        client_key: &StaticKeypair,
+        server: &StaticKeypair,
+        seed: u8,
+    ) -> (Vec<u8>, bool) {
+        let key = server.public();
+        let mut client = Handshake::initiator(client_key, Some(&key), b"p", [seed; 32]).unwrap();
+        let mut responder =
+            Handshake::responder(server, HandshakePattern::IK, b"p", [7; 32]).unwrap();
+        let (mut m, mut p) = (Vec::new(), Vec::new());
+        client.write(b"hi", &mut m).unwrap();
+        let read = responder.read(&m, &mut p).is_ok();
+        (m, read)
+    }
+
+    #[test]
+    fn an_ephemeral_key_made_ahead_is_used_and_changes_no_byte() {
+        let server_key = StaticKeypair::generate([1; 32]);
+        let client_key = StaticKeypair::generate([2; 32]);
+        // The same private key with a cache of its own: nothing prepared.
+        let plain = StaticKeypair::from_private(*client_key.private_bytes());
+        super::super::prepare_ephemeral(&client_key, &[5; 32], Some(&server_key.public()));
+        assert_eq!(client_key.prepared.lock().unwrap().len(), 1);
+        let (prepared, read) = first_message(&client_key, &server_key, 5);
+        assert!(read);
+        // Taken by the handshake it was made for; the bytes are those made without it.
+        assert!(client_key.prepared.lock().unwrap().is_empty());
+        assert_eq!(prepared, first_message(&plain, &server_key, 5).0);
+        // Made for other entropy: left alone, and the handshake makes its own key.
+        super::super::prepare_ephemeral(&client_key, &[6; 32], None);
+        assert!(first_message(&client_key, &server_key, 5).1);
+        assert_eq!(client_key.prepared.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_dh_made_ahead_is_the_one_the_first_message_uses() {
+        let server_key = StaticKeypair::generate([1; 32]);
+        let client_key = StaticKeypair::generate([2; 32]);
+        // Spoil the prepared `es`: if the handshake used it, the server cannot read.
+        super::super::prepare_ephemeral(&client_key, &[5; 32], Some(&server_key.public()));
+        for p in client_key.prepared.lock().unwrap().iter_mut() {
+            p.spoil_es_for_test();
+        }
+        assert!(!first_message(&client_key, &server_key, 5).1);
+        // Prepared for another server: not used for this one.
+        let other = StaticKeypair::generate([9; 32]);
+        super::super::prepare_ephemeral(&client_key, &[5; 32], Some(&other.public()));
+        assert!(first_message(&client_key, &server_key, 5).1);
+    }
+
     fn run(pattern_known: bool) -> (Handshake, Handshake) {
         let server_key = StaticKeypair::generate([1; 32]);
         let client_key = StaticKeypair::generate([2; 32]);

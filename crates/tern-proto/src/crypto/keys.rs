@@ -52,6 +52,11 @@ impl fmt::Display for PublicKey {
 pub struct StaticKeypair {
     private: [u8; KEY_LEN],
     public: PublicKey,
+    /// The private key loaded into aws-lc once, not at every handshake.
+    pub(super) loaded: super::x25519::LoadedKey,
+    /// Ephemeral keys made ahead for the next handshakes (shared by clones; see
+    /// [`Endpoint::prepare_handshake`](crate::Endpoint::prepare_handshake)).
+    pub(super) prepared: super::x25519::PreparedKeys,
     /// The static–static DH of this key with servers it connected to with IK (shared by
     /// clones), as WireGuard precomputes it per peer: reconnecting to the same server (a
     /// handover) costs one X25519 less on the client. Only the initiator uses it, so no
@@ -71,22 +76,20 @@ impl StaticKeypair {
             .generate_keypair()
             .expect("snow's built-in X25519 with our RNG always generates a key");
         let mut private = [0; KEY_LEN];
-        let mut public = [0; KEY_LEN];
         private.copy_from_slice(&pair.private);
-        public.copy_from_slice(&pair.public);
-        Self {
-            private,
-            public: PublicKey(public),
-            static_dh: Default::default(),
-        }
+        Self::from_private(private)
     }
 
     /// Rebuilds a key pair from its private half.
     pub fn from_private(private: [u8; KEY_LEN]) -> Self {
+        let loaded =
+            super::x25519::LoadedKey::new(private).expect("any 32 bytes are an X25519 private key");
         Self {
-            public: PublicKey(x25519_public(&private)),
+            public: PublicKey(loaded.public()),
+            loaded,
             private,
             static_dh: Default::default(),
+            prepared: Default::default(),
         }
     }
 
@@ -107,11 +110,6 @@ impl fmt::Debug for StaticKeypair {
             .field("public", &self.public)
             .finish_non_exhaustive()
     }
-}
-
-/// Derives an X25519 public key.
-fn x25519_public(private: &[u8; KEY_LEN]) -> [u8; KEY_LEN] {
-    super::x25519::public_of(private).expect("any 32 bytes are an X25519 private key")
 }
 
 fn parse_hex(text: &str) -> Option<[u8; KEY_LEN]> {

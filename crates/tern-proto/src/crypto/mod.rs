@@ -37,12 +37,29 @@ impl snow::types::Random for SeededRandom {
     }
 }
 
+/// Makes ahead the ephemeral key a handshake seeded with `entropy` will generate (the first
+/// 32 bytes of its RNG, as [`SeededRandom`] gives them to snow), and its DH with `peer`, into
+/// `keypair`'s cache (see `x25519.rs`). A handshake that finds its key there skips the work;
+/// one that does not (another endpoint's key pair, a full cache) does it as before.
+pub(crate) fn prepare_ephemeral(
+    keypair: &StaticKeypair,
+    entropy: &[u8; 32],
+    peer: Option<&PublicKey>,
+) {
+    use rand::SeedableRng;
+    let mut private = [0; 32];
+    rand_chacha::ChaCha20Rng::from_seed(*entropy).fill_bytes(&mut private);
+    x25519::prepare(&keypair.prepared, private, peer.map(|p| &p.0));
+}
+
 /// Resolves the Noise primitives: the RNG is ours (seeded), X25519 is aws-lc-rs's
 /// (`x25519.rs`), the hash and cipher are snow's defaults.
 struct SeededResolver {
     seed: [u8; 32],
-    /// The endpoint's static pair (private, public), so that setting it costs nothing.
-    known: Option<([u8; 32], [u8; 32])>,
+    /// The endpoint's static pair, loaded, so that setting it costs nothing.
+    known: Option<x25519::LoadedKey>,
+    /// Ephemeral keys made ahead.
+    prepared: Option<x25519::PreparedKeys>,
     /// The initiator's knowledge of the responder's static key, and the keypair's cache of
     /// DH results with such keys.
     remembered: Option<(x25519::StaticDhCache, [u8; 32])>,
@@ -57,7 +74,8 @@ impl SeededResolver {
     ) -> snow::resolvers::BoxedCryptoResolver {
         Box::new(Self {
             seed,
-            known: known.map(|k| (*k.private_bytes(), k.public().0)),
+            known: known.map(|k| k.loaded.clone()),
+            prepared: known.map(|k| k.prepared.clone()),
             remembered: known.zip(remote).map(|(k, r)| (k.static_dh.clone(), r.0)),
             inner: snow::resolvers::DefaultResolver,
         })
@@ -74,8 +92,9 @@ impl snow::resolvers::CryptoResolver for SeededResolver {
     fn resolve_dh(&self, choice: &snow::params::DHChoice) -> Option<Box<dyn snow::types::Dh>> {
         match choice {
             snow::params::DHChoice::Curve25519 => Some(Box::new(x25519::AwsX25519::new(
-                self.known,
+                self.known.clone(),
                 self.remembered.clone(),
+                self.prepared.clone(),
             ))),
             _ => self.inner.resolve_dh(choice),
         }
