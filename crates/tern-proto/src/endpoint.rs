@@ -190,8 +190,7 @@ impl Endpoint {
         if self.next_entropy.is_some() {
             return false;
         }
-        let mut entropy = [0; 32];
-        self.rng.fill_bytes(&mut entropy);
+        let entropy = self.fresh_entropy();
         self.next_entropy = Some(entropy);
         crate::crypto::prepare_ephemeral(&self.config.keypair, &entropy, self.last_server.as_ref());
         true
@@ -199,11 +198,17 @@ impl Endpoint {
 
     /// A new handshake's entropy: the one drawn ahead, if any.
     fn handshake_entropy(&mut self) -> [u8; 32] {
-        self.next_entropy.take().unwrap_or_else(|| {
-            let mut entropy = [0; 32];
-            self.rng.fill_bytes(&mut entropy);
-            entropy
-        })
+        match self.next_entropy.take() {
+            Some(entropy) => entropy,
+            None => self.fresh_entropy(),
+        }
+    }
+
+    /// 32 bytes from the endpoint's RNG.
+    fn fresh_entropy(&mut self) -> [u8; 32] {
+        let mut entropy = [0; 32];
+        self.rng.fill_bytes(&mut entropy);
+        entropy
     }
 
     /// This endpoint's identity.

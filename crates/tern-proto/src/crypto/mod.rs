@@ -46,10 +46,17 @@ pub(crate) fn prepare_ephemeral(
     entropy: &[u8; 32],
     peer: Option<&PublicKey>,
 ) {
+    let private = first_private_key(entropy);
+    x25519::prepare(&keypair.prepared, private, peer.map(|p| &p.0));
+}
+
+/// The first X25519 private key a handshake (or key generation) seeded with `entropy` draws:
+/// the first 32 bytes of its RNG, as [`SeededRandom`] gives them to snow.
+fn first_private_key(entropy: &[u8; 32]) -> [u8; 32] {
     use rand::SeedableRng;
     let mut private = [0; 32];
     rand_chacha::ChaCha20Rng::from_seed(*entropy).fill_bytes(&mut private);
-    x25519::prepare(&keypair.prepared, private, peer.map(|p| &p.0));
+    private
 }
 
 /// Resolves the Noise primitives: the RNG is ours (seeded), X25519 is aws-lc-rs's
