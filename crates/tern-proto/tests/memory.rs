@@ -11,8 +11,9 @@
 //! The global allocator sees Rust's allocations only; aws-lc allocates its keys in C (an
 //! AES-256-GCM packet key is about 630 B of RSS, and a connection holds two). On glibc the
 //! test also reads malloc's own counters (`mallinfo2`), which see both and each
-//! allocation's header, and holds that figure to 7.5 KiB per end (7.2 kB at first), so that
-//! the runtime's few hundred bytes still fit in the goal's 8 KiB.
+//! allocation's header, and holds that figure to 6.75 KiB per end (7.2 kB at first; 6.4 kB
+//! since the counters-only statistics and the replay bitmap made on a path's 128th packet
+//! number), so that the runtime's few hundred bytes still fit in the goal's 8 KiB.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
@@ -151,7 +152,7 @@ fn an_idle_connection_holds_little_memory_on_each_end() {
             "malloc counts what Rust allocates: {m:.0} < {per_pair:.0} B"
         );
         assert!(
-            m / 2.0 <= 7.5 * 1024.0,
+            m / 2.0 <= 6.75 * 1024.0,
             "{:.0} B per end by malloc's count, {m:.0} B for both",
             m / 2.0
         );

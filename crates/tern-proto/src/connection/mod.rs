@@ -144,7 +144,7 @@ pub struct Connection {
     pub(crate) paths: Vec<Path>,
     pub(crate) flows: FlowSet,
     pub(crate) events: VecDeque<Event>,
-    pub(crate) stats: ConnectionStats,
+    pub(crate) stats: stats::Counters,
     /// Handshake is confirmed: no more handshake retransmissions are needed.
     pub(crate) confirmed: bool,
     pub(crate) handshake_done_pending: bool,
@@ -254,7 +254,7 @@ impl Connection {
             flows,
             events: VecDeque::new(),
             qlog: config.qlog.then(Default::default),
-            stats: ConnectionStats::default(),
+            stats: stats::Counters::default(),
             confirmed: false,
             handshake_done_pending: false,
             close: None,
@@ -369,7 +369,7 @@ impl Connection {
     /// Current statistics; path figures (RTT, window, …) are the primary path's (see
     /// [`path_stats`](Self::path_stats) for every path).
     pub fn stats(&self) -> ConnectionStats {
-        let mut s = self.stats.clone();
+        let mut s = self.stats.to_stats();
         let p = &self.paths[self.primary()];
         s.rtt = p.rtt.smoothed();
         s.rtt_var = p.rtt.var();

@@ -8,19 +8,58 @@ pub const WINDOW: u64 = 4096;
 const WORDS: usize = (WINDOW / 64) as usize;
 
 /// Remembers which of the last 4 096 packet numbers (`WINDOW`) were seen.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ReplayWindow {
     /// Largest packet number accepted so far, if any.
     largest: Option<u64>,
     /// Bit `pn % WINDOW` is set when `pn` (within the window) was seen.
-    bits: Box<[u64; WORDS]>,
+    bits: Bits,
 }
 
-impl Default for ReplayWindow {
+/// Packet numbers below this are tracked in the window itself, without the 512-byte bitmap.
+const SMALL: u64 = 128;
+
+/// The window's bits. A path that has received only a few packets (an idle connection, a
+/// short exchange) keeps them inline; the first packet number from [`SMALL`] on moves them to
+/// the full bitmap. While every number seen is below `SMALL`, all of them are within
+/// `WINDOW` of the largest, so the two forms accept exactly the same packets.
+#[derive(Debug, Clone)]
+enum Bits {
+    /// Bit `pn` for `pn < SMALL`.
+    Small([u64; (SMALL / 64) as usize]),
+    /// Bit `pn % WINDOW`.
+    Full(Box<[u64; WORDS]>),
+}
+
+impl Default for Bits {
     fn default() -> Self {
-        Self {
-            largest: None,
-            bits: Box::new([0; WORDS]),
+        Bits::Small([0; (SMALL / 64) as usize])
+    }
+}
+
+impl Bits {
+    /// The word holding bit `i` (`i = pn % WINDOW`); a small window must have been made
+    /// full before any `pn >= SMALL` reaches here.
+    fn word(&mut self, i: u64) -> &mut u64 {
+        let w = (i / 64) as usize;
+        match self {
+            Bits::Small(words) => &mut words[w],
+            Bits::Full(words) => &mut words[w],
+        }
+    }
+
+    fn clear_all(&mut self) {
+        match self {
+            Bits::Small(words) => words.fill(0),
+            Bits::Full(words) => words.fill(0),
+        }
+    }
+
+    fn make_full(&mut self) {
+        if let Bits::Small(small) = self {
+            let mut full = Box::new([0; WORDS]);
+            full[..small.len()].copy_from_slice(small);
+            *self = Bits::Full(full);
         }
     }
 }
@@ -43,13 +82,16 @@ impl ReplayWindow {
         if !self.is_fresh(pn) {
             return false;
         }
+        if pn >= SMALL {
+            self.bits.make_full();
+        }
         match self.largest {
             Some(largest) if pn <= largest => {}
             Some(largest) => {
                 // Clear the bits that slide into the window.
                 let advance = pn - largest;
                 if advance >= WINDOW {
-                    self.bits.fill(0);
+                    self.bits.clear_all();
                 } else {
                     for n in largest + 1..=pn {
                         self.clear(n);
@@ -65,17 +107,27 @@ impl ReplayWindow {
         true
     }
 
+    /// Whether the bitmap is allocated (tests, memory accounting).
+    pub fn is_full(&self) -> bool {
+        matches!(self.bits, Bits::Full(_))
+    }
+
     fn get(&self, pn: u64) -> bool {
         let i = pn % WINDOW;
-        self.bits[(i / 64) as usize] & (1 << (i % 64)) != 0
+        let w = (i / 64) as usize;
+        let word = match &self.bits {
+            Bits::Small(words) => words.get(w).copied().unwrap_or(0),
+            Bits::Full(words) => words[w],
+        };
+        word & (1 << (i % 64)) != 0
     }
     fn set(&mut self, pn: u64) {
         let i = pn % WINDOW;
-        self.bits[(i / 64) as usize] |= 1 << (i % 64);
+        *self.bits.word(i) |= 1 << (i % 64);
     }
     fn clear(&mut self, pn: u64) {
         let i = pn % WINDOW;
-        self.bits[(i / 64) as usize] &= !(1 << (i % 64));
+        *self.bits.word(i) &= !(1 << (i % 64));
     }
 }
 
@@ -96,7 +148,35 @@ mod tests {
         assert!(!w.insert(5000 - WINDOW));
     }
 
+    #[test]
+    fn a_few_packets_need_no_bitmap_and_the_first_large_number_keeps_what_was_seen() {
+        let mut w = ReplayWindow::default();
+        for pn in (0..SMALL).rev().step_by(3) {
+            assert!(w.insert(pn));
+        }
+        assert!(!w.is_full());
+        assert!(w.insert(SMALL + 10));
+        assert!(w.is_full());
+        for pn in 0..SMALL {
+            assert_eq!(w.insert(pn), (SMALL - 1 - pn) % 3 != 0, "pn {pn}");
+        }
+    }
+
     proptest! {
+        #[test]
+        fn matches_a_set_model_around_the_small_window(
+            pns in proptest::collection::vec(0u64..(2 * SMALL), 1..300),
+        ) {
+            let mut w = ReplayWindow::default();
+            let mut seen = std::collections::BTreeSet::new();
+            for pn in pns {
+                let accepted = w.insert(pn);
+                prop_assert_eq!(accepted, !seen.contains(&pn));
+                if accepted { seen.insert(pn); }
+                prop_assert_eq!(w.is_full(), seen.iter().any(|&p| p >= SMALL));
+            }
+        }
+
         #[test]
         fn matches_a_set_model(pns in proptest::collection::vec(0u64..20_000, 1..500)) {
             let mut w = ReplayWindow::default();
