@@ -169,10 +169,44 @@ impl Connection {
     /// further behind loses the newest ones, counted by [`EventStream::lagged`], so that a
     /// subscriber that never reads cannot make the runtime buffer without bound.
     pub fn events(&self) -> EventStream {
+        self.subscribe(None)
+    }
+
+    /// Like [`events`](Self::events), but only the events `wanted` accepts reach the
+    /// stream. The test runs on the endpoint's driver for each of this connection's events,
+    /// before the event is copied or the reader woken: a task that waits for path events or
+    /// the close costs nothing per packet, whereas an [`events`](Self::events) reader is
+    /// sent a `FlowReadable` and woken for every batch of data that arrives (on a
+    /// multi-threaded runtime, often on the other core). Keep it a cheap test such as a
+    /// `matches!`; it must not call into the connection or the endpoint.
+    ///
+    /// ```no_run
+    /// # async fn f(conn: tern::Connection) {
+    /// use tern::Event;
+    /// let mut path_events = conn.events_where(|e| {
+    ///     matches!(e, Event::PathDead { .. } | Event::PathAlive { .. } | Event::Closed(_))
+    /// });
+    /// while let Some(e) = path_events.next().await {
+    ///     println!("{e:?}");
+    /// }
+    /// # }
+    /// ```
+    pub fn events_where(
+        &self,
+        wanted: impl Fn(&Event) -> bool + Send + Sync + 'static,
+    ) -> EventStream {
+        self.subscribe(Some(Box::new(wanted)))
+    }
+
+    fn subscribe(&self, filter: crate::driver::EventFilter) -> EventStream {
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
         let lagged = Arc::new(AtomicU64::new(0));
         if let Some(s) = self.shared.lock().state(self.id) {
-            s.events.push((tx, lagged.clone()));
+            s.events.push(crate::driver::Subscription {
+                tx,
+                lagged: lagged.clone(),
+                filter,
+            });
         }
         EventStream { rx, lagged }
     }

@@ -32,6 +32,17 @@ pub struct ConnectionId {
     pub(crate) generation: u64,
 }
 
+/// Which events a subscription takes: `None` for all of them.
+pub(crate) type EventFilter = Option<Box<dyn Fn(&Event) -> bool + Send + Sync>>;
+
+/// One `Connection::events` subscription: bounded, with its count of events lost because its
+/// reader fell behind, and its filter, applied before an event is copied or its reader woken.
+pub(crate) struct Subscription {
+    pub(crate) tx: mpsc::Sender<Event>,
+    pub(crate) lagged: Arc<AtomicU64>,
+    pub(crate) filter: EventFilter,
+}
+
 /// What tasks wait for on one connection.
 #[derive(Default)]
 pub(crate) struct ConnState {
@@ -46,9 +57,8 @@ pub(crate) struct ConnState {
     /// (requests and messages, or an idle one) does not carry five empty tables.
     pub(crate) flows: Option<Box<FlowWaits>>,
     pub(crate) waiters: Vec<Waker>,
-    /// Subscriptions of `Connection::events`: bounded, each with its count of events lost
-    /// because its reader fell behind.
-    pub(crate) events: Vec<(mpsc::Sender<Event>, Arc<AtomicU64>)>,
+    /// Subscriptions of `Connection::events` and `Connection::events_where`.
+    pub(crate) events: Vec<Subscription>,
     /// How many messages at the head of the core's ready queue are for `recv_message`
     /// (sorted by `sort_messages`). They stay in the core until the application takes them:
     /// their credit goes back to the peer only then, so a peer can make us hold no more than
@@ -637,12 +647,16 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
             // After dispatch, under the same lock: a connection it found drained has its
             // file complete before anyone woken by that can look.
             inner.write_qlog();
+            // The up-calls run outside the lock (one may call into the endpoint); those
+            // registered now see this pass's events, one registered by an up-call the next.
+            let calls = if upcalls.is_empty() {
+                Vec::new()
+            } else {
+                inner.upcalls.clone()
+            };
             drop(inner);
             for (id, event) in upcalls {
-                let inner = shared.lock();
-                let calls = inner.upcalls.clone();
-                drop(inner);
-                for call in calls {
+                for call in &calls {
                     call(id, &event);
                 }
             }
@@ -800,10 +814,12 @@ fn accept_incoming(inner: &mut Inner) {
     }
 }
 
-/// Wakes the tasks waiting on these events and returns the ones up-calls should see.
+/// Wakes the tasks waiting on these events and returns the ones up-calls should see (none
+/// when no up-call is registered).
 fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(ConnectionId, Event)> {
     // New incoming connections first, so that their events below find their state.
     accept_incoming(inner);
+    let upcalls = !inner.upcalls.is_empty();
     let mut out = Vec::new();
     for (handle, event) in events {
         let Some(id) = inner.id_of(*handle) else {
@@ -878,16 +894,22 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
             }
             _ => {}
         }
-        s.events
-            .retain(|(tx, lagged)| match tx.try_send(event.clone()) {
+        s.events.retain(|sub| {
+            if sub.filter.as_ref().is_some_and(|wants| !wants(event)) {
+                return !sub.tx.is_closed();
+            }
+            match sub.tx.try_send(event.clone()) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
-                    lagged.fetch_add(1, Ordering::Relaxed);
+                    sub.lagged.fetch_add(1, Ordering::Relaxed);
                     true
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
-        out.push((id, event.clone()));
+            }
+        });
+        if upcalls {
+            out.push((id, event.clone()));
+        }
         if matches!(event, Event::Drained) {
             if inner.conns.get(handle).is_some_and(|s| s.handles == 0) {
                 inner.conns.remove(handle);

@@ -168,6 +168,58 @@ async fn a_vanished_peer_is_detected_by_idle_timeout() {
     );
 }
 
+/// A filtered subscription gets only what its test accepts; an unfiltered one beside it
+/// gets the per-packet readiness events as well.
+#[tokio::test]
+async fn a_filtered_event_stream_gets_only_the_events_it_asked_for() {
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        let (mut send, mut recv) = conn.accept_bi().await.unwrap();
+        recv.read_to_end(64).await.unwrap();
+        send.write_all(&vec![7u8; 256 << 10]).await.unwrap();
+        send.finish().unwrap();
+        conn.closed().await
+    });
+    let conn = client().connect(addr, Some(key)).await.unwrap();
+    let mut all = conn.events();
+    let mut ends = conn.events_where(|e| matches!(e, Event::Closed(_) | Event::Drained));
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(b"go").await.unwrap();
+    send.finish().unwrap();
+    let reply = recv.read_to_end(1 << 20).await.unwrap();
+    assert_eq!(reply.len(), 256 << 10);
+    conn.close(0, b"done");
+    tokio::time::timeout(Duration::from_secs(5), srv)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut got = Vec::new();
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(500), ends.next()).await {
+        got.push(e);
+    }
+    assert!(
+        matches!(
+            got.first(),
+            Some(Event::Closed(ConnectionError::LocallyClosed { .. }))
+        ),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .all(|e| matches!(e, Event::Closed(_) | Event::Drained)),
+        "{got:?}"
+    );
+    let mut readable = 0;
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(100), all.next()).await {
+        readable += usize::from(matches!(e, Event::FlowReadable(_)));
+    }
+    assert!(readable > 0, "the unfiltered stream saw the data arrive");
+    assert_eq!((ends.lagged(), all.lagged()), (0, 0));
+}
+
 #[tokio::test]
 async fn events_stream_and_upcalls_see_the_connection_life() {
     let server = server();

@@ -382,7 +382,7 @@ pub async fn serve(ep: tern::Endpoint) {
         // Into the server's log (results/logs/…): path events as they happen, how each
         // connection ended and its paths then (handover: connections that die before the
         // client can ask).
-        tokio::spawn(log_path_events(conn.events()));
+        tokio::spawn(log_path_events(conn.events_where(is_logged)));
         tokio::spawn(async move {
             let why = conn.closed().await;
             eprintln!(
@@ -395,24 +395,28 @@ pub async fn serve(ep: tern::Endpoint) {
     }
 }
 
-/// Writes a connection's path events (and its end) to the agent's log (stderr), with the
-/// time since the call.
+/// The events the agents log: a connection's path events and its end.
+fn is_logged(e: &tern::Event) -> bool {
+    use tern::Event as E;
+    matches!(
+        e,
+        E::PathOpened { .. }
+            | E::PathValidated { .. }
+            | E::PathDead { .. }
+            | E::PathAlive { .. }
+            | E::PathStateChanged { .. }
+            | E::PeerAddressChanged { .. }
+            | E::Closed(_)
+    )
+}
+
+/// Writes the events of a subscription made with [`is_logged`] to the agent's log (stderr),
+/// with the time since the call. (Subscribing to every event would wake this task for each
+/// batch of data received: 35–50 % of bulk goodput with two worker threads per end.)
 async fn log_path_events(mut events: tern::EventStream) {
     let t0 = Instant::now();
     while let Some(e) = events.next().await {
-        use tern::Event as E;
-        if matches!(
-            e,
-            E::PathOpened { .. }
-                | E::PathValidated { .. }
-                | E::PathDead { .. }
-                | E::PathAlive { .. }
-                | E::PathStateChanged { .. }
-                | E::PeerAddressChanged { .. }
-                | E::Closed(_)
-        ) {
-            eprintln!("{:9.3} s {e:?}", t0.elapsed().as_secs_f64());
-        }
+        eprintln!("{:9.3} s {e:?}", t0.elapsed().as_secs_f64());
     }
 }
 
@@ -523,7 +527,7 @@ impl Mux for TernClient {
             .connect(self.addr, Some(self.key))
             .await
             .map_err(|e| io::Error::other(e.to_string()))?;
-        tokio::spawn(log_path_events(conn.events()));
+        tokio::spawn(log_path_events(conn.events_where(is_logged)));
         Ok(TernConn {
             conn,
             mode: self.mode,
