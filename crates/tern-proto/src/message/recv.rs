@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::{credit_cost, Message, MessageId};
 use crate::flow::recv::store_coalesced;
@@ -13,6 +13,12 @@ use crate::recovery::RangeSet;
 struct InMessage {
     total: u64,
     received: RangeSet,
+    /// Bytes `0..prefix.len()`: those that arrived in order (the common case) are copied
+    /// here once, and the buffer becomes the message. Its capacity is the message's size
+    /// (counted against connection credit at the first fragment); memory is touched only as
+    /// bytes arrive.
+    prefix: Vec<u8>,
+    /// Bytes beyond a gap, keyed by offset, moved into `prefix` when the gap before them fills.
     chunks: BTreeMap<u64, Bytes>,
     deadline: Option<Instant>,
     reply_to: Option<MessageId>,
@@ -116,14 +122,25 @@ impl MessageReceiver {
         if self.is_finished(id) {
             return Ok(0);
         }
-        let counted = if self.partial.contains_key(&id) {
-            0
-        } else {
-            credit_cost(total)
-        };
+        let first = !self.partial.contains_key(&id);
+        let counted = if first { credit_cost(total) } else { 0 };
+        if first && offset == 0 && data.len() as u64 == total {
+            // The whole message in one fragment (most requests and replies): one copy, no
+            // reassembly state.
+            self.held += total;
+            self.complete(Message {
+                id,
+                data: Bytes::copy_from_slice(data),
+                reply_to,
+                priority,
+                deadline,
+            });
+            return Ok(counted);
+        }
         let m = self.partial.entry(id).or_insert_with(|| InMessage {
             total,
             received: RangeSet::new(),
+            prefix: Vec::with_capacity(total as usize),
             chunks: BTreeMap::new(),
             deadline,
             reply_to,
@@ -144,11 +161,16 @@ impl MessageReceiver {
         let ranges_before = m.received.len();
         for hole in m.received.holes(offset..end) {
             let (s, e) = (hole.start, hole.end);
-            store_coalesced(
-                &mut m.chunks,
-                s,
-                &data[(s - offset) as usize..(e - offset) as usize],
-            );
+            let bytes = &data[(s - offset) as usize..(e - offset) as usize];
+            if s == m.prefix.len() as u64 {
+                m.prefix.extend_from_slice(bytes);
+                // The gap before the next chunks may be filled now.
+                while let Some(chunk) = m.chunks.remove(&(m.prefix.len() as u64)) {
+                    m.prefix.extend_from_slice(&chunk);
+                }
+            } else {
+                store_coalesced(&mut m.chunks, s, bytes);
+            }
             m.received.insert(s..e);
             new += e - s;
         }
@@ -158,28 +180,31 @@ impl MessageReceiver {
         if complete {
             if let Some(m) = self.partial.remove(&id) {
                 self.partial_ranges -= m.received.len();
-                let mut data = BytesMut::with_capacity(m.total as usize);
-                for chunk in m.chunks.values() {
-                    data.extend_from_slice(chunk);
-                }
-                let msg = Message {
+                debug_assert!(m.chunks.is_empty() && m.prefix.len() as u64 == m.total);
+                self.complete(Message {
                     id,
-                    data: data.freeze(),
+                    data: Bytes::from(m.prefix),
                     reply_to: m.reply_to,
                     priority: m.priority,
                     deadline: m.deadline,
-                };
-                self.mark_finished(id);
-                if id.is_ordered() {
-                    self.ordered_done.insert(id.seq(), msg);
-                    self.release_ordered();
-                } else {
-                    self.held -= m.total;
-                    self.ready.push_back(msg);
-                }
+                });
             }
         }
         Ok(counted)
+    }
+
+    /// A message whose bytes are all here (counted in `held`): to the application, or to
+    /// wait for an earlier ordered one.
+    fn complete(&mut self, msg: Message) {
+        let id = msg.id;
+        self.mark_finished(id);
+        if id.is_ordered() {
+            self.ordered_done.insert(id.seq(), msg);
+            self.release_ordered();
+        } else {
+            self.held -= msg.data.len() as u64;
+            self.ready.push_back(msg);
+        }
     }
 
     /// Delivers the ordered messages that no longer wait for an earlier one, stepping over
