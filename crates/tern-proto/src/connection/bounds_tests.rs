@@ -397,3 +397,27 @@ fn unread_messages_stop_the_sender_at_the_connection_window() {
     }
     assert_eq!(p.server_conn().stats().recv_credit_used, 0);
 }
+
+#[test]
+fn a_message_beyond_the_credit_left_is_refused_before_anything_is_held() {
+    // The receiver reserves a new message's whole size at its first fragment, so the
+    // credit is checked first: a one-byte fragment of a message that does not fit is refused.
+    let mut p = Pair::new(|_| {});
+    let conn = p.server_conn();
+    conn.flows.data_received = conn.flows.local_max_data - 10;
+    let first = Frame::Message(MessageFrame {
+        msg_id: 1,
+        ordered: false,
+        priority: 3,
+        total_len: 1_000,
+        offset: 0,
+        deadline_us: None,
+        reply_to: None,
+        data: b"x",
+    });
+    assert_eq!(
+        p.inject(&[first]).unwrap_err().0,
+        TransportErrorCode::FLOW_CONTROL_ERROR
+    );
+    assert_eq!(p.server_conn().stats().messages_buffered, 0);
+}

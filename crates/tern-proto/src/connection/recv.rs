@@ -696,6 +696,16 @@ impl Connection {
                 .checked_sub(one_way)
                 .unwrap_or(now)
         });
+        // Credit first: the receiver reserves a new message's whole size.
+        let counting = self
+            .messages_in
+            .would_count(crate::message::MessageId(m.msg_id), m.total_len);
+        if self.flows.data_received.saturating_add(counting) > self.flows.local_max_data {
+            return Err((
+                TransportErrorCode::FLOW_CONTROL_ERROR,
+                "message data beyond credit",
+            ));
+        }
         let ranges_before = self.messages_in.ranges();
         let ready_before = self.messages_in.ready.len();
         let new = self

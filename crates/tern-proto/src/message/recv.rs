@@ -100,6 +100,17 @@ impl MessageReceiver {
         }
     }
 
+    /// The connection credit a fragment of message `id` of `total` bytes would newly count
+    /// (what [`on_fragment`](Self::on_fragment) would return): checked before the fragment
+    /// is taken, so that no buffer is reserved for a message beyond the credit given.
+    pub(crate) fn would_count(&self, id: MessageId, total: u64) -> u64 {
+        if self.is_finished(id) || self.partial.contains_key(&id) {
+            0
+        } else {
+            credit_cost(total)
+        }
+    }
+
     /// Takes one fragment. Returns the connection credit newly counted: a message's whole
     /// cost ([`credit_cost`]: its size plus a fixed overhead) when its first fragment arrives
     /// (the sender counted it whole when it started it), then nothing. `deadline` is the
