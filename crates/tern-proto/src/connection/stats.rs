@@ -153,122 +153,66 @@ pub struct ConnectionStats {
     pub rate_echoes_received: u64,
 }
 
-/// What a connection counts as it runs: the fields of [`ConnectionStats`] that no path,
-/// buffer or key holds. [`Connection::stats`](super::Connection::stats) adds the rest (RTTs,
-/// window, buffered bytes, …) when it is called, so that every idle connection does not
-/// store them twice (272 bytes here against 544 for the whole [`ConnectionStats`]).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Counters {
-    /// [`ConnectionStats::datagrams_sent`].
-    pub datagrams_sent: u64,
-    /// [`ConnectionStats::bytes_sent`].
-    pub bytes_sent: u64,
-    /// [`ConnectionStats::datagrams_received`].
-    pub datagrams_received: u64,
-    /// [`ConnectionStats::bytes_received`].
-    pub bytes_received: u64,
-    /// [`ConnectionStats::packets_lost`].
-    pub packets_lost: u64,
-    /// [`ConnectionStats::spurious_losses`].
-    pub spurious_losses: u64,
-    /// [`ConnectionStats::ecn_ce_received`].
-    pub ecn_ce_received: u64,
-    /// [`ConnectionStats::bytes_retransmitted`].
-    pub bytes_retransmitted: u64,
-    /// [`ConnectionStats::bytes_redundant`].
-    pub bytes_redundant: u64,
-    /// [`ConnectionStats::copies_dropped`].
-    pub copies_dropped: u64,
-    /// [`ConnectionStats::auth_failures`].
-    pub auth_failures: u64,
-    /// [`ConnectionStats::replays`].
-    pub replays: u64,
-    /// [`ConnectionStats::key_updates_initiated`].
-    pub key_updates_initiated: u64,
-    /// [`ConnectionStats::key_updates_received`].
-    pub key_updates_received: u64,
-    /// [`ConnectionStats::unknown_phase_dropped`].
-    pub unknown_phase_dropped: u64,
-    /// [`ConnectionStats::previous_key_opened`].
-    pub previous_key_opened: u64,
-    /// [`ConnectionStats::ack_only_sent`].
-    pub ack_only_sent: u64,
-    /// [`ConnectionStats::nacks_sent`].
-    pub nacks_sent: u64,
-    /// [`ConnectionStats::nacks_received`].
-    pub nacks_received: u64,
-    /// [`ConnectionStats::ptos`].
-    pub ptos: u64,
-    /// [`ConnectionStats::datagrams_dropped`].
-    pub datagrams_dropped: u64,
-    /// [`ConnectionStats::datagrams_recv_dropped`].
-    pub datagrams_recv_dropped: u64,
-    /// [`ConnectionStats::messages_expired_sent`].
-    pub messages_expired_sent: u64,
-    /// [`ConnectionStats::messages_expired_received`].
-    pub messages_expired_received: u64,
-    /// [`ConnectionStats::window_probes`].
-    pub window_probes: u64,
-    /// [`ConnectionStats::pmtu_probes_sent`].
-    pub pmtu_probes_sent: u64,
-    /// [`ConnectionStats::pmtu_probes_lost`].
-    pub pmtu_probes_lost: u64,
-    /// [`ConnectionStats::pmtu_black_holes`].
-    pub pmtu_black_holes: u64,
-    /// [`ConnectionStats::packets_rerouted`].
-    pub packets_rerouted: u64,
-    /// [`ConnectionStats::probe_trains_sent`].
-    pub probe_trains_sent: u64,
-    /// [`ConnectionStats::probe_padding_packets`].
-    pub probe_padding_packets: u64,
-    /// [`ConnectionStats::rate_estimates`].
-    pub rate_estimates: u64,
-    /// [`ConnectionStats::rate_echoes_sent`].
-    pub rate_echoes_sent: u64,
-    /// [`ConnectionStats::rate_echoes_received`].
-    pub rate_echoes_received: u64,
+/// Declares [`Counters`] with the named fields of [`ConnectionStats`] (each a `u64`, documented
+/// there) and the conversion that copies them.
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// What a connection counts as it runs: the fields of [`ConnectionStats`] that no
+        /// path, buffer or key holds. [`Connection::stats`](super::Connection::stats) adds
+        /// the rest (RTTs, window, buffered bytes, …) when it is called, so that every idle
+        /// connection does not store them twice (272 bytes here against 544 for the whole
+        /// [`ConnectionStats`]).
+        #[derive(Debug, Clone, Default)]
+        pub(crate) struct Counters {
+            $(pub(crate) $name: u64,)*
+        }
+
+        impl Counters {
+            /// The statistics with these counters and every other field at its default,
+            /// for [`Connection::stats`](super::Connection::stats) to fill.
+            pub(crate) fn to_stats(&self) -> ConnectionStats {
+                ConnectionStats {
+                    $($name: self.$name,)*
+                    ..ConnectionStats::default()
+                }
+            }
+        }
+    };
 }
 
-impl Counters {
-    /// The statistics with these counters and every other field at its default, for
-    /// [`Connection::stats`](super::Connection::stats) to fill.
-    pub(crate) fn to_stats(&self) -> ConnectionStats {
-        ConnectionStats {
-            datagrams_sent: self.datagrams_sent,
-            bytes_sent: self.bytes_sent,
-            datagrams_received: self.datagrams_received,
-            bytes_received: self.bytes_received,
-            packets_lost: self.packets_lost,
-            spurious_losses: self.spurious_losses,
-            ecn_ce_received: self.ecn_ce_received,
-            bytes_retransmitted: self.bytes_retransmitted,
-            bytes_redundant: self.bytes_redundant,
-            copies_dropped: self.copies_dropped,
-            auth_failures: self.auth_failures,
-            replays: self.replays,
-            key_updates_initiated: self.key_updates_initiated,
-            key_updates_received: self.key_updates_received,
-            unknown_phase_dropped: self.unknown_phase_dropped,
-            previous_key_opened: self.previous_key_opened,
-            ack_only_sent: self.ack_only_sent,
-            nacks_sent: self.nacks_sent,
-            nacks_received: self.nacks_received,
-            ptos: self.ptos,
-            datagrams_dropped: self.datagrams_dropped,
-            datagrams_recv_dropped: self.datagrams_recv_dropped,
-            messages_expired_sent: self.messages_expired_sent,
-            messages_expired_received: self.messages_expired_received,
-            window_probes: self.window_probes,
-            pmtu_probes_sent: self.pmtu_probes_sent,
-            pmtu_probes_lost: self.pmtu_probes_lost,
-            pmtu_black_holes: self.pmtu_black_holes,
-            packets_rerouted: self.packets_rerouted,
-            probe_trains_sent: self.probe_trains_sent,
-            probe_padding_packets: self.probe_padding_packets,
-            rate_estimates: self.rate_estimates,
-            rate_echoes_sent: self.rate_echoes_sent,
-            rate_echoes_received: self.rate_echoes_received,
-            ..ConnectionStats::default()
-        }
-    }
-}
+counters!(
+    datagrams_sent,
+    bytes_sent,
+    datagrams_received,
+    bytes_received,
+    packets_lost,
+    spurious_losses,
+    ecn_ce_received,
+    bytes_retransmitted,
+    bytes_redundant,
+    copies_dropped,
+    auth_failures,
+    replays,
+    key_updates_initiated,
+    key_updates_received,
+    unknown_phase_dropped,
+    previous_key_opened,
+    ack_only_sent,
+    nacks_sent,
+    nacks_received,
+    ptos,
+    datagrams_dropped,
+    datagrams_recv_dropped,
+    messages_expired_sent,
+    messages_expired_received,
+    window_probes,
+    pmtu_probes_sent,
+    pmtu_probes_lost,
+    pmtu_black_holes,
+    packets_rerouted,
+    probe_trains_sent,
+    probe_padding_packets,
+    rate_estimates,
+    rate_echoes_sent,
+    rate_echoes_received,
+);
