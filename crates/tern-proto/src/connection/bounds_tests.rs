@@ -421,3 +421,23 @@ fn a_message_beyond_the_credit_left_is_refused_before_anything_is_held() {
     );
     assert_eq!(p.server_conn().stats().messages_buffered, 0);
 }
+
+#[test]
+fn a_message_over_the_size_limit_is_refused_as_too_large_not_as_beyond_credit() {
+    let mut p = Pair::new(|_| {});
+    let too_large = p.server_conn().max_message_in() + 1;
+    let first = Frame::Message(MessageFrame {
+        msg_id: 1,
+        ordered: false,
+        priority: 3,
+        total_len: too_large,
+        offset: 0,
+        deadline_us: None,
+        reply_to: None,
+        data: b"x",
+    });
+    assert_eq!(
+        p.inject(&[first]).unwrap_err().0,
+        TransportErrorCode::MESSAGE_TOO_LARGE
+    );
+}

@@ -238,7 +238,7 @@ impl Connection {
     /// Processes the frames of one packet that arrived on path `index`; returns whether it
     /// was ack-eliciting.
     /// The largest message we accept: what we advertised (docs/PROTOCOL.md §8).
-    fn max_message_in(&self) -> u64 {
+    pub(crate) fn max_message_in(&self) -> u64 {
         self.config
             .max_message_size
             .min(self.config.flows.connection_window)
@@ -696,11 +696,14 @@ impl Connection {
                 .checked_sub(one_way)
                 .unwrap_or(now)
         });
-        // Credit first: the receiver reserves a new message's whole size.
+        // Credit first: the receiver reserves a new message's whole size. (A message over
+        // the size limit is refused as such below.)
         let counting = self
             .messages_in
             .would_count(crate::message::MessageId(m.msg_id), m.total_len);
-        if self.flows.data_received.saturating_add(counting) > self.flows.local_max_data {
+        if m.total_len <= self.max_message_in()
+            && self.flows.data_received.saturating_add(counting) > self.flows.local_max_data
+        {
             return Err((
                 TransportErrorCode::FLOW_CONTROL_ERROR,
                 "message data beyond credit",

@@ -191,7 +191,12 @@ impl MessageReceiver {
         if complete {
             if let Some(m) = self.partial.remove(&id) {
                 self.partial_ranges -= m.received.len();
-                debug_assert!(m.chunks.is_empty() && m.prefix.len() as u64 == m.total);
+                // Every byte is in the prefix once all are received (the chunks join it as
+                // gaps fill); never hand over a message that is not whole.
+                if !m.chunks.is_empty() || m.prefix.len() as u64 != m.total {
+                    debug_assert!(false, "a complete message with chunks left");
+                    return Err(MessageRecvError::Inconsistent);
+                }
                 self.complete(Message {
                     id,
                     data: Bytes::from(m.prefix),
