@@ -343,7 +343,10 @@ impl Endpoint {
             inner.register(handle)
         };
         let conn = Connection::new(self.shared.clone(), id);
-        self.shared.wake.notify_one();
+        // The first message leaves from this task, as any command's packets do, not after
+        // the driver is scheduled (often on the other core); the driver is still woken for
+        // the handshake's timer.
+        conn.transmit_now();
         let shared = &self.shared;
         poll_fn(|cx| {
             let mut inner = shared.lock();

@@ -168,6 +168,24 @@ async fn a_vanished_peer_is_detected_by_idle_timeout() {
     );
 }
 
+/// `connect` sends the first handshake message from the caller's task: on a current-thread
+/// runtime, one poll of the future (without yielding, so no driver can run) has sent it.
+#[tokio::test]
+async fn a_connect_sends_its_first_message_from_the_callers_task() {
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    let key = server.public_key();
+    let client = client();
+    let before = client.io_stats().datagrams_sent;
+    let mut connecting = std::pin::pin!(client.connect(addr, Some(key)));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(std::future::Future::poll(connecting.as_mut(), &mut cx).is_pending());
+    assert_eq!(client.io_stats().datagrams_sent - before, 1);
+    let conn = connecting.await.unwrap();
+    assert!(server.accept().await.is_some());
+    conn.close(0, b"");
+}
+
 /// A filtered subscription gets only what its test accepts; an unfiltered one beside it
 /// gets the per-packet readiness events as well.
 #[tokio::test]
