@@ -158,12 +158,18 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
         Proto::Quic | Proto::Tern => {
             let rt = runtime(spec)?;
             let cred = spec.credential.clone().unwrap_or_default();
-            rt.block_on(async {
+            let (spec_owned, work_owned) = (spec.clone(), work.clone());
+            let mut taken = std::mem::take(&mut report);
+            // On a worker, not in `block_on`'s thread: a reply the driver receives wakes the
+            // client's task on the driver's own worker (tokio's LIFO slot), not across
+            // threads, as in a server application whose tasks are spawned.
+            report = rt.block_on(rt.spawn(async move {
+                let (spec, work, report) = (&spec_owned, &work_owned, &mut taken);
                 macro_rules! go {
                     ($m:expr) => {{
                         let m = Arc::new($m);
                         let port = m.local_port();
-                        match &work {
+                        match work {
                             Work::Rpc(p) => {
                                 let (s, e, x) = mux::rpc_client(m, p, epoch).await;
                                 report.rpc = s;
@@ -196,11 +202,11 @@ fn client(spec: &AgentSpec) -> anyhow::Result<()> {
                         spec.bind,
                         &cred,
                         &spec.tern_mode,
-                        tern_paths(spec, &work)?,
+                        tern_paths(spec, work)?,
                     )?);
                 }
-                Ok::<_, anyhow::Error>(())
-            })?;
+                Ok::<_, anyhow::Error>(taken)
+            }))??;
             rt.shutdown_timeout(Duration::from_millis(200));
         }
         Proto::Udp | Proto::Rtp => {
