@@ -405,16 +405,7 @@ fn a_message_beyond_the_credit_left_is_refused_before_anything_is_held() {
     let mut p = Pair::new(|_| {});
     let conn = p.server_conn();
     conn.flows.data_received = conn.flows.local_max_data - 10;
-    let first = Frame::Message(MessageFrame {
-        msg_id: 1,
-        ordered: false,
-        priority: 3,
-        total_len: 1_000,
-        offset: 0,
-        deadline_us: None,
-        reply_to: None,
-        data: b"x",
-    });
+    let first = first_byte_of_a_message(1_000);
     assert_eq!(
         p.inject(&[first]).unwrap_err().0,
         TransportErrorCode::FLOW_CONTROL_ERROR
@@ -425,19 +416,23 @@ fn a_message_beyond_the_credit_left_is_refused_before_anything_is_held() {
 #[test]
 fn a_message_over_the_size_limit_is_refused_as_too_large_not_as_beyond_credit() {
     let mut p = Pair::new(|_| {});
-    let too_large = p.server_conn().max_message_in() + 1;
-    let first = Frame::Message(MessageFrame {
-        msg_id: 1,
-        ordered: false,
-        priority: 3,
-        total_len: too_large,
-        offset: 0,
-        deadline_us: None,
-        reply_to: None,
-        data: b"x",
-    });
+    let first = first_byte_of_a_message(p.server_conn().max_message_in() + 1);
     assert_eq!(
         p.inject(&[first]).unwrap_err().0,
         TransportErrorCode::MESSAGE_TOO_LARGE
     );
+}
+
+/// The first byte of unordered message 0, which says the message is `total_len` bytes.
+fn first_byte_of_a_message(total_len: u64) -> Frame<'static> {
+    Frame::Message(MessageFrame {
+        msg_id: 1,
+        ordered: false,
+        priority: 3,
+        total_len,
+        offset: 0,
+        deadline_us: None,
+        reply_to: None,
+        data: b"x",
+    })
 }
