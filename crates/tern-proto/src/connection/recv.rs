@@ -696,8 +696,8 @@ impl Connection {
                 .checked_sub(one_way)
                 .unwrap_or(now)
         });
-        // Credit first: the receiver reserves a new message's whole size. (A message over
-        // the size limit is refused as such below.)
+        // Credit is checked before the fragment is taken: the receiver reserves a new
+        // message's whole size. (A message over the size limit is refused as such below.)
         let counting = self
             .messages_in
             .would_count(crate::message::MessageId(m.msg_id), m.total_len);
@@ -733,13 +733,8 @@ impl Connection {
                     "message fragments disagree on its size",
                 ),
             })?;
+        debug_assert_eq!(new, counting, "on_fragment counts what would_count said");
         self.flows.data_received += new;
-        if self.flows.data_received > self.flows.local_max_data {
-            return Err((
-                TransportErrorCode::FLOW_CONTROL_ERROR,
-                "message data beyond credit",
-            ));
-        }
         if self.messages_in.ranges() > ranges_before {
             self.check_recv_ranges()?;
         }

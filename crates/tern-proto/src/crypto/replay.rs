@@ -38,20 +38,19 @@ impl Default for Bits {
 }
 
 impl Bits {
-    /// The word holding bit `i` (`i = pn % WINDOW`); a small window must have been made
-    /// full before any `pn >= SMALL` reaches here.
-    fn word(&mut self, i: u64) -> &mut u64 {
-        let w = (i / 64) as usize;
+    /// The words: two while small, the whole bitmap once full (bit `pn % WINDOW` is in word
+    /// `pn % WINDOW / 64` either way, since a small window only holds `pn < SMALL`).
+    fn words(&self) -> &[u64] {
         match self {
-            Bits::Small(words) => &mut words[w],
-            Bits::Full(words) => &mut words[w],
+            Bits::Small(words) => words,
+            Bits::Full(words) => &words[..],
         }
     }
 
-    fn clear_all(&mut self) {
+    fn words_mut(&mut self) -> &mut [u64] {
         match self {
-            Bits::Small(words) => words.fill(0),
-            Bits::Full(words) => words.fill(0),
+            Bits::Small(words) => words,
+            Bits::Full(words) => &mut words[..],
         }
     }
 
@@ -91,7 +90,7 @@ impl ReplayWindow {
                 // Clear the bits that slide into the window.
                 let advance = pn - largest;
                 if advance >= WINDOW {
-                    self.bits.clear_all();
+                    self.bits.words_mut().fill(0);
                 } else {
                     for n in largest + 1..=pn {
                         self.clear(n);
@@ -114,20 +113,18 @@ impl ReplayWindow {
 
     fn get(&self, pn: u64) -> bool {
         let i = pn % WINDOW;
-        let w = (i / 64) as usize;
-        let word = match &self.bits {
-            Bits::Small(words) => words.get(w).copied().unwrap_or(0),
-            Bits::Full(words) => words[w],
-        };
-        word & (1 << (i % 64)) != 0
+        self.bits
+            .words()
+            .get((i / 64) as usize)
+            .is_some_and(|word| word & (1 << (i % 64)) != 0)
     }
     fn set(&mut self, pn: u64) {
         let i = pn % WINDOW;
-        *self.bits.word(i) |= 1 << (i % 64);
+        self.bits.words_mut()[(i / 64) as usize] |= 1 << (i % 64);
     }
     fn clear(&mut self, pn: u64) {
         let i = pn % WINDOW;
-        *self.bits.word(i) &= !(1 << (i % 64));
+        self.bits.words_mut()[(i / 64) as usize] &= !(1 << (i % 64));
     }
 }
 
