@@ -75,6 +75,11 @@ pub fn versions() -> BTreeMap<String, String> {
         }
     }
     v.insert("rustc".into(), env!("TERN_BENCH_RUSTC").into());
+    // tern picks its AES-GCM implementation by CPU; its speed depends on which.
+    v.insert(
+        "tern packet cipher".into(),
+        tern_proto::crypto::packet_cipher().into(),
+    );
     v.insert("kernel".into(), read("/proc/sys/kernel/osrelease"));
     for (name, pkg) in [
         ("libudt", "libudt0"),

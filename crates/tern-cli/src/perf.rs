@@ -96,7 +96,7 @@ pub(crate) async fn client(
         took,
         cpu,
         &(format!(
-            "  lost {} pkts ({} spurious), resent {} B, rtt {}, ECN {}, {:.1} datagrams/sendmsg",
+            "  lost {} pkts ({} spurious), resent {} B, rtt {}, ECN {}, {:.1} datagrams/sendmsg, AES-GCM by {}",
             s.packets_lost,
             s.spurious_losses,
             s.bytes_retransmitted,
@@ -105,7 +105,8 @@ pub(crate) async fn client(
             {
                 let io = ep.io_stats();
                 io.datagrams_sent as f64 / io.send_calls.max(1) as f64
-            }
+            },
+            tern::packet_cipher(),
         ) + &match s.feedback_rate {
             // An explicit-rate router on the path stamped this rate (F12, `--cc explicit`).
             Some(rate) => format!(", router rate {}", util::rate(rate, Duration::from_secs(1))),

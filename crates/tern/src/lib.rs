@@ -89,3 +89,7 @@ pub use tern_proto::{
     StaticKeypair, TargetRate, Violation, MESSAGE_CREDIT_OVERHEAD,
 };
 pub use workers::Workers;
+
+/// Which AES-GCM implementation protects this process's packets (`"ring"` or `"aws-lc-rs"`),
+/// picked from the CPU's features; the wire is the same with either.
+pub use tern_proto::crypto::packet_cipher;

@@ -20,7 +20,7 @@ pub use key_schedule::{
     DEFAULT_CONFIDENTIALITY_LIMIT, DEFAULT_INTEGRITY_LIMIT, KEY_UPDATE_LABEL,
 };
 pub use keys::{KeyError, PublicKey, StaticKeypair};
-pub use packet::{PacketKey, TAG_LEN};
+pub use packet::{packet_cipher, Cipher, PacketKey, TAG_LEN};
 pub use replay::ReplayWindow;
 pub use token::{ResetKey, RetryTokenKey, RESET_TOKEN_LEN};
 

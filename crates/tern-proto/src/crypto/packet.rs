@@ -2,18 +2,96 @@
 //! from the path ID and the full packet number (docs/PROTOCOL.md §6). The short header is the
 //! associated data, so every header bit except the router-writable feedback rate is covered.
 //!
-//! The cipher is aws-lc-rs's AES-256-GCM rather than ring's (which the rest of the crypto
-//! uses): on this host's AMD EPYC it seals 8 972-byte datagrams (loopback's path MTU) at
-//! 70 Gbit/s a core against ring's 52, and 1 452-byte ones 7 % faster (1 200-byte ones 7 %
-//! slower). Both implement the same algorithm, so the wire is unchanged.
+//! Two implementations of the same cipher are linked, and each process picks the one that is
+//! faster on its CPU ([`packet_cipher`]); the bytes on the wire are the same either way.
+//! AES-GCM is most of the CPU a bulk receiver spends (about half of it in a profile of `tern
+//! perf`), and which implementation is faster depends on the CPU's vector extensions:
+//!
+//! - With AVX-512 and VAES, **aws-lc-rs** (its AVX-512 code): on such a host it sealed
+//!   8 972-byte datagrams (loopback's path MTU) at 70 Gbit/s a core against ring's 52.
+//! - Otherwise **ring**: on an AMD EPYC host with VAES but without AVX-512, ring's VAES-AVX2
+//!   code sealed 8 972-byte datagrams at 6.3 GB/s against aws-lc-rs's 3.5, and 1 452-byte ones
+//!   at 3.6–4.1 against 2.2–2.6 GB/s (aws-lc-rs has no VAES-AVX2 code and falls back to
+//!   AES-NI; `examples/aead_cost` measures both). Where neither extension exists both run the
+//!   same AES-NI code.
+//!
+//! docs/BENCHMARKS.md "AES-GCM picked per CPU" has the figures.
 
-use aws_lc_rs::aead;
+use std::sync::OnceLock;
+
+use aws_lc_rs::aead as aws;
+use ring::aead as rng;
 
 /// Length of the authentication tag appended to every protected payload.
 pub const TAG_LEN: usize = 16;
 
+/// Length of the AEAD nonce (the path ID and the packet number).
+const NONCE_LEN: usize = 12;
+
+/// An implementation of AES-256-GCM (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cipher {
+    /// ring's (VAES-AVX2 or AES-NI code).
+    Ring,
+    /// aws-lc-rs's (AVX-512 or AES-NI code).
+    AwsLc,
+}
+
+impl Cipher {
+    /// The faster implementation on this CPU (module docs).
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx512 = std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512vl");
+            let vaes = std::is_x86_feature_detected!("vaes")
+                && std::is_x86_feature_detected!("vpclmulqdq");
+            if avx512 && vaes {
+                Cipher::AwsLc
+            } else {
+                Cipher::Ring
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            // ARMv8's AES and PMULL: aws-lc-rs has code unrolled for recent cores.
+            Cipher::AwsLc
+        }
+    }
+
+    /// The implementation this process uses, detected once.
+    pub fn current() -> Self {
+        static CIPHER: OnceLock<Cipher> = OnceLock::new();
+        *CIPHER.get_or_init(Cipher::detect)
+    }
+
+    /// `"ring"` or `"aws-lc-rs"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cipher::Ring => "ring",
+            Cipher::AwsLc => "aws-lc-rs",
+        }
+    }
+}
+
+/// The AES-256-GCM implementation this process protects packets with: `"ring"` or
+/// `"aws-lc-rs"`, chosen once from the CPU's features (module docs). For logs and benchmark
+/// reports; the wire is the same with either.
+pub fn packet_cipher() -> &'static str {
+    Cipher::current().name()
+}
+
 /// One direction's packet key.
-pub struct PacketKey(aead::LessSafeKey);
+pub struct PacketKey(Key);
+
+/// The expanded key of the implementation in use. ring's lives inline (half a kilobyte, so it
+/// is boxed to keep the size of a connection's key schedule the same with either); aws-lc-rs's
+/// is a handle to a context on the C heap.
+enum Key {
+    Ring(Box<rng::LessSafeKey>),
+    AwsLc(aws::LessSafeKey),
+}
 
 impl std::fmt::Debug for PacketKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -21,19 +99,31 @@ impl std::fmt::Debug for PacketKey {
     }
 }
 
-fn nonce(path_id: u32, pn: u64) -> aead::Nonce {
-    let mut n = [0u8; aead::NONCE_LEN];
+fn nonce_bytes(path_id: u32, pn: u64) -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
     n[..4].copy_from_slice(&path_id.to_be_bytes());
     n[4..].copy_from_slice(&pn.to_be_bytes());
-    aead::Nonce::assume_unique_for_key(n)
+    n
 }
 
 impl PacketKey {
     /// A key from 32 bytes of Noise split output.
     pub fn new(key: &[u8; 32]) -> Self {
-        let unbound = aead::UnboundKey::new(&aead::AES_256_GCM, key)
-            .expect("a 32-byte key is valid for AES-256-GCM");
-        Self(aead::LessSafeKey::new(unbound))
+        Self::with_cipher(Cipher::current(), key)
+    }
+
+    /// A key of a given implementation (tests compare them byte for byte; `examples/aead_cost`
+    /// times them).
+    pub fn with_cipher(cipher: Cipher, key: &[u8; 32]) -> Self {
+        const VALID: &str = "a 32-byte key is valid for AES-256-GCM";
+        Self(match cipher {
+            Cipher::Ring => Key::Ring(Box::new(rng::LessSafeKey::new(
+                rng::UnboundKey::new(&rng::AES_256_GCM, key).expect(VALID),
+            ))),
+            Cipher::AwsLc => Key::AwsLc(aws::LessSafeKey::new(
+                aws::UnboundKey::new(&aws::AES_256_GCM, key).expect(VALID),
+            )),
+        })
     }
 
     /// Encrypts `payload` in place and appends the tag. Packet numbers are never reused on a
@@ -53,22 +143,54 @@ impl PacketKey {
         header: &[u8],
         payload: &mut [u8],
     ) -> Option<[u8; TAG_LEN]> {
-        let tag = self
-            .0
-            .seal_in_place_separate_tag(nonce(path_id, pn), aead::Aad::from(header), payload)
-            .ok()?;
+        let n = nonce_bytes(path_id, pn);
         let mut out = [0; TAG_LEN];
-        out.copy_from_slice(tag.as_ref());
+        match &self.0 {
+            Key::Ring(k) => {
+                let tag = k
+                    .seal_in_place_separate_tag(
+                        rng::Nonce::assume_unique_for_key(n),
+                        rng::Aad::from(header),
+                        payload,
+                    )
+                    .ok()?;
+                out.copy_from_slice(tag.as_ref());
+            }
+            Key::AwsLc(k) => {
+                let tag = k
+                    .seal_in_place_separate_tag(
+                        aws::Nonce::assume_unique_for_key(n),
+                        aws::Aad::from(header),
+                        payload,
+                    )
+                    .ok()?;
+                out.copy_from_slice(tag.as_ref());
+            }
+        }
         Some(out)
     }
 
     /// Decrypts `payload` (ciphertext plus tag) in place; returns the plaintext length, or
     /// `None` if it does not authenticate.
     pub fn open(&self, path_id: u32, pn: u64, header: &[u8], payload: &mut [u8]) -> Option<usize> {
-        self.0
-            .open_in_place(nonce(path_id, pn), aead::Aad::from(header), payload)
-            .ok()
-            .map(|plain| plain.len())
+        let n = nonce_bytes(path_id, pn);
+        let plain = match &self.0 {
+            Key::Ring(k) => k
+                .open_in_place(
+                    rng::Nonce::assume_unique_for_key(n),
+                    rng::Aad::from(header),
+                    payload,
+                )
+                .ok()?,
+            Key::AwsLc(k) => k
+                .open_in_place(
+                    aws::Nonce::assume_unique_for_key(n),
+                    aws::Aad::from(header),
+                    payload,
+                )
+                .ok()?,
+        };
+        Some(plain.len())
     }
 }
 
@@ -76,53 +198,46 @@ impl PacketKey {
 mod tests {
     use super::*;
 
+    const BOTH: [Cipher; 2] = [Cipher::Ring, Cipher::AwsLc];
+
     #[test]
     fn tampering_is_detected() {
-        let key = PacketKey::new(&[5; 32]);
-        let mut p = b"abc".to_vec();
-        key.seal(0, 1, b"h", &mut p);
-        let mut bad = p.clone();
-        bad[0] ^= 1;
-        assert!(key.open(0, 1, b"h", &mut bad).is_none());
-        assert!(key.open(0, 2, b"h", &mut p.clone()).is_none(), "other pn");
-        assert!(key.open(1, 1, b"h", &mut p.clone()).is_none(), "other path");
-        assert!(
-            key.open(0, 1, b"H", &mut p.clone()).is_none(),
-            "other header"
-        );
-        assert_eq!(key.open(0, 1, b"h", &mut p), Some(3));
+        for cipher in BOTH {
+            let key = PacketKey::with_cipher(cipher, &[5; 32]);
+            let mut p = b"abc".to_vec();
+            key.seal(0, 1, b"h", &mut p);
+            let mut bad = p.clone();
+            bad[0] ^= 1;
+            assert!(key.open(0, 1, b"h", &mut bad).is_none(), "{cipher:?}");
+            assert!(key.open(0, 2, b"h", &mut p.clone()).is_none(), "other pn");
+            assert!(key.open(1, 1, b"h", &mut p.clone()).is_none(), "other path");
+            assert!(
+                key.open(0, 1, b"H", &mut p.clone()).is_none(),
+                "other header"
+            );
+            assert_eq!(key.open(0, 1, b"h", &mut p), Some(3), "{cipher:?}");
+        }
     }
 
-    /// The cipher moved from ring to aws-lc-rs; the wire must not move with it. ring (still a
-    /// dependency) seals, aws-lc-rs opens, and the other way round.
+    /// Each process picks its implementation by CPU, so two ends may differ: every byte one
+    /// seals, the other must open, and both must write the same bytes.
     #[test]
-    fn aws_lc_rs_and_ring_agree_on_every_byte() {
-        use ring::aead as r;
+    fn ring_and_aws_lc_rs_agree_on_every_byte() {
         let secret = [9u8; 32];
-        let ours = PacketKey::new(&secret);
-        let theirs = r::LessSafeKey::new(r::UnboundKey::new(&r::AES_256_GCM, &secret).unwrap());
-        let nonce = |path: u32, pn: u64| {
-            let mut n = [0u8; 12];
-            n[..4].copy_from_slice(&path.to_be_bytes());
-            n[4..].copy_from_slice(&pn.to_be_bytes());
-            r::Nonce::assume_unique_for_key(n)
-        };
+        let ring = PacketKey::with_cipher(Cipher::Ring, &secret);
+        let aws = PacketKey::with_cipher(Cipher::AwsLc, &secret);
         for len in [0usize, 1, 15, 16, 17, 1200, 1452, 8972] {
             let plain: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
             let header = b"short header";
             let mut by_ring = plain.clone();
-            theirs
-                .seal_in_place_append_tag(nonce(3, 77), r::Aad::from(header), &mut by_ring)
-                .unwrap();
-            let mut by_us = plain.clone();
-            ours.seal(3, 77, header, &mut by_us);
-            assert_eq!(by_us, by_ring, "{len} bytes");
-            assert_eq!(ours.open(3, 77, header, &mut by_ring), Some(len));
+            ring.seal(3, 77, header, &mut by_ring);
+            let mut by_aws = plain.clone();
+            aws.seal(3, 77, header, &mut by_aws);
+            assert_eq!(by_aws, by_ring, "{len} bytes");
+            assert_eq!(aws.open(3, 77, header, &mut by_ring), Some(len));
             assert_eq!(&by_ring[..len], &plain[..]);
-            let opened = theirs
-                .open_in_place(nonce(3, 77), r::Aad::from(header), &mut by_us)
-                .unwrap();
-            assert_eq!(opened, &plain[..]);
+            assert_eq!(ring.open(3, 77, header, &mut by_aws), Some(len));
+            assert_eq!(&by_aws[..len], &plain[..]);
         }
     }
 }
