@@ -45,6 +45,8 @@ fn main() {
         "rtp",
         "socket2",
         "snow",
+        "ring",
+        "aws-lc-rs",
     ];
     let mut found = Vec::new();
     let mut name = String::new();

@@ -13,6 +13,10 @@ fn read(path: &str) -> String {
         .to_string()
 }
 
+/// The CPU flags a results file records: what AES-GCM's speed, and so tern's choice of
+/// implementation, depends on.
+const CRYPTO_FLAGS: [&str; 6] = ["aes", "pclmulqdq", "avx2", "vaes", "vpclmulqdq", "avx512f"];
+
 /// The machine.
 pub fn machine() -> Machine {
     let cpuinfo = read("/proc/cpuinfo");
@@ -23,6 +27,20 @@ pub fn machine() -> Machine {
                 .map(|r| r.trim_start_matches([' ', '\t', ':']).to_string())
         })
         .unwrap_or_default();
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags"))
+        .map(|r| {
+            r.trim_start_matches([' ', '\t', ':'])
+                .split_whitespace()
+                .collect()
+        })
+        .unwrap_or_default();
+    let cpu_flags = CRYPTO_FLAGS
+        .iter()
+        .filter(|f| flags.contains(f))
+        .map(|f| f.to_string())
+        .collect();
     let mem_kb: f64 = read("/proc/meminfo")
         .lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -47,6 +65,7 @@ pub fn machine() -> Machine {
             .next()
             .and_then(|s| s.parse().ok())
             .unwrap_or(0.0),
+        cpu_flags,
     }
 }
 

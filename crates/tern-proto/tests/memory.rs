@@ -8,8 +8,10 @@
 //! priority kind, an emptied sent-packet map's root node, a ChaCha generator per
 //! connection).
 //!
-//! The global allocator sees Rust's allocations only; aws-lc allocates its keys in C (an
-//! AES-256-GCM packet key is about 630 B of RSS, and a connection holds two). On glibc the
+//! The global allocator sees Rust's allocations only; where packets are protected by
+//! aws-lc-rs (crypto/packet.rs picks it or ring per CPU) the keys live in C (an AES-256-GCM
+//! packet key is about 630 B of RSS, and a connection holds two), where by ring they are
+//! boxed on the Rust heap (about the same size). On glibc the
 //! test also reads malloc's own counters (`mallinfo2`), which see both and each
 //! allocation's header, and holds that figure to 6.75 KiB per end (7.2 kB at first; 6.4 kB
 //! since the counters-only statistics and the replay bitmap made on a path's 128th packet

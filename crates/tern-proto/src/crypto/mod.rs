@@ -1,6 +1,7 @@
 //! Cryptography: the Noise handshake (IK / XX, via `snow`), packet protection with explicit
-//! nonces (AES-256-GCM, via `aws-lc-rs`), key update and the AEAD usage limits, the replay window,
-//! the first-flight register, retry tokens and stateless-reset tokens.
+//! nonces (AES-256-GCM, by ring or aws-lc-rs, picked per CPU), key update and the AEAD usage
+//! limits, the replay window, the first-flight register, retry tokens and stateless-reset
+//! tokens.
 //!
 //! See docs/PROTOCOL.md §6 (packet protection) and §7 (handshake).
 

@@ -2,25 +2,29 @@
 //! from the path ID and the full packet number (docs/PROTOCOL.md §6). The short header is the
 //! associated data, so every header bit except the router-writable feedback rate is covered.
 //!
-//! Two implementations of the same cipher are linked, and each process picks the one that is
-//! faster on its CPU ([`packet_cipher`]); the bytes on the wire are the same either way.
-//! AES-GCM is most of the CPU a bulk receiver spends (about half of it in a profile of `tern
-//! perf`), and which implementation is faster depends on the CPU's vector extensions:
+//! Two implementations of the same cipher are linked, and each process picks one once, from
+//! its CPU's features ([`packet_cipher`]); the bytes on the wire are the same either way.
+//! AES-GCM is the largest single item of a bulk receiver's CPU (36–49 % in profiles of `tern
+//! perf`), and which implementation is faster depends on the CPU's vector extensions
+//! (measured with ring 0.17.14 and aws-lc-rs 1.19 / aws-lc-sys 0.47, GB/s of one core):
 //!
-//! - With AVX-512 and VAES, **aws-lc-rs** (its AVX-512 code): on such a host it sealed
-//!   8 972-byte datagrams (loopback's path MTU) at 70 Gbit/s a core against ring's 52.
-//! - Otherwise **ring**: on an AMD EPYC host with VAES but without AVX-512, ring's VAES-AVX2
-//!   code sealed 8 972-byte datagrams at 6.3 GB/s against aws-lc-rs's 3.5, and 1 452-byte ones
-//!   at 3.6–4.1 against 2.2–2.6 GB/s (aws-lc-rs has no VAES-AVX2 code and falls back to
-//!   AES-NI; `examples/aead_cost` measures both). Where neither extension exists both run the
-//!   same AES-NI code.
+//! - With AVX-512 and VAES, **aws-lc-rs**, which has AVX-512 code for it: on the host of
+//!   2026-11-28 it sealed 8 972-byte datagrams (loopback's path MTU) at 8.7 GB/s against
+//!   ring's 6.5 (and 1 452-byte ones 7 % faster, 1 200-byte ones 7 % slower). That host's
+//!   results record only "AMD EPYC"; that it had AVX-512 is inferred from aws-lc-rs being the
+//!   faster there.
+//! - Otherwise **ring**, which has VAES-AVX2 code: on an AMD EPYC host with VAES but without
+//!   AVX-512 it sealed 8 972-byte datagrams at 6.3 GB/s against aws-lc-rs's 3.5, and
+//!   1 452-byte ones at 3.6–4.1 against 2.2–2.6 (aws-lc-rs falls back to its AES-NI code
+//!   there; `examples/aead_cost` measures both). Where neither extension exists, both run
+//!   the same AES-NI code.
 //!
 //! docs/BENCHMARKS.md "AES-GCM picked per CPU" has the figures.
 
 use std::sync::OnceLock;
 
-use aws_lc_rs::aead as aws;
-use ring::aead as rng;
+use aws_lc_rs::aead as aws_aead;
+use ring::aead as ring_aead;
 
 /// Length of the authentication tag appended to every protected payload.
 pub const TAG_LEN: usize = 16;
@@ -38,11 +42,15 @@ pub enum Cipher {
 }
 
 impl Cipher {
-    /// The faster implementation on this CPU (module docs).
+    /// The faster implementation on this CPU (module docs). aws-lc-rs only where aws-lc runs
+    /// its AVX-512 AES-GCM: its own test (`crypto_gcm_avx512_enabled` in aws-lc's
+    /// `modes/gcm.c`) asks for AVX-512 F, DQ, BW and VL with VAES and VPCLMULQDQ, and leaves
+    /// that code out on Windows.
     fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
+        #[cfg(all(target_arch = "x86_64", not(windows)))]
         {
             let avx512 = std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512dq")
                 && std::is_x86_feature_detected!("avx512bw")
                 && std::is_x86_feature_detected!("avx512vl");
             let vaes = std::is_x86_feature_detected!("vaes")
@@ -53,9 +61,14 @@ impl Cipher {
                 Cipher::Ring
             }
         }
+        #[cfg(all(target_arch = "x86_64", windows))]
+        {
+            Cipher::Ring
+        }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            // ARMv8's AES and PMULL: aws-lc-rs has code unrolled for recent cores.
+            // ARMv8's AES and PMULL, where aws-lc-rs has code unrolled for recent cores; other
+            // targets have no measurement here and keep the implementation tern used first.
             Cipher::AwsLc
         }
     }
@@ -89,8 +102,8 @@ pub struct PacketKey(Key);
 /// is boxed to keep the size of a connection's key schedule the same with either); aws-lc-rs's
 /// is a handle to a context on the C heap.
 enum Key {
-    Ring(Box<rng::LessSafeKey>),
-    AwsLc(aws::LessSafeKey),
+    Ring(Box<ring_aead::LessSafeKey>),
+    AwsLc(aws_aead::LessSafeKey),
 }
 
 impl std::fmt::Debug for PacketKey {
@@ -117,11 +130,11 @@ impl PacketKey {
     pub fn with_cipher(cipher: Cipher, key: &[u8; 32]) -> Self {
         const VALID: &str = "a 32-byte key is valid for AES-256-GCM";
         Self(match cipher {
-            Cipher::Ring => Key::Ring(Box::new(rng::LessSafeKey::new(
-                rng::UnboundKey::new(&rng::AES_256_GCM, key).expect(VALID),
+            Cipher::Ring => Key::Ring(Box::new(ring_aead::LessSafeKey::new(
+                ring_aead::UnboundKey::new(&ring_aead::AES_256_GCM, key).expect(VALID),
             ))),
-            Cipher::AwsLc => Key::AwsLc(aws::LessSafeKey::new(
-                aws::UnboundKey::new(&aws::AES_256_GCM, key).expect(VALID),
+            Cipher::AwsLc => Key::AwsLc(aws_aead::LessSafeKey::new(
+                aws_aead::UnboundKey::new(&aws_aead::AES_256_GCM, key).expect(VALID),
             )),
         })
     }
@@ -144,53 +157,52 @@ impl PacketKey {
         payload: &mut [u8],
     ) -> Option<[u8; TAG_LEN]> {
         let n = nonce_bytes(path_id, pn);
-        let mut out = [0; TAG_LEN];
         match &self.0 {
-            Key::Ring(k) => {
-                let tag = k
-                    .seal_in_place_separate_tag(
-                        rng::Nonce::assume_unique_for_key(n),
-                        rng::Aad::from(header),
-                        payload,
-                    )
-                    .ok()?;
-                out.copy_from_slice(tag.as_ref());
-            }
-            Key::AwsLc(k) => {
-                let tag = k
-                    .seal_in_place_separate_tag(
-                        aws::Nonce::assume_unique_for_key(n),
-                        aws::Aad::from(header),
-                        payload,
-                    )
-                    .ok()?;
-                out.copy_from_slice(tag.as_ref());
-            }
+            Key::Ring(k) => k
+                .seal_in_place_separate_tag(
+                    ring_aead::Nonce::assume_unique_for_key(n),
+                    ring_aead::Aad::from(header),
+                    payload,
+                )
+                .ok()?
+                .as_ref()
+                .try_into()
+                .ok(),
+            Key::AwsLc(k) => k
+                .seal_in_place_separate_tag(
+                    aws_aead::Nonce::assume_unique_for_key(n),
+                    aws_aead::Aad::from(header),
+                    payload,
+                )
+                .ok()?
+                .as_ref()
+                .try_into()
+                .ok(),
         }
-        Some(out)
     }
 
     /// Decrypts `payload` (ciphertext plus tag) in place; returns the plaintext length, or
     /// `None` if it does not authenticate.
     pub fn open(&self, path_id: u32, pn: u64, header: &[u8], payload: &mut [u8]) -> Option<usize> {
         let n = nonce_bytes(path_id, pn);
-        let plain = match &self.0 {
+        match &self.0 {
             Key::Ring(k) => k
                 .open_in_place(
-                    rng::Nonce::assume_unique_for_key(n),
-                    rng::Aad::from(header),
+                    ring_aead::Nonce::assume_unique_for_key(n),
+                    ring_aead::Aad::from(header),
                     payload,
                 )
-                .ok()?,
+                .ok()
+                .map(|plain| plain.len()),
             Key::AwsLc(k) => k
                 .open_in_place(
-                    aws::Nonce::assume_unique_for_key(n),
-                    aws::Aad::from(header),
+                    aws_aead::Nonce::assume_unique_for_key(n),
+                    aws_aead::Aad::from(header),
                     payload,
                 )
-                .ok()?,
-        };
-        Some(plain.len())
+                .ok()
+                .map(|plain| plain.len()),
+        }
     }
 }
 
