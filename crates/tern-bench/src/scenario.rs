@@ -1920,6 +1920,7 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                     "datagrams_sent",
                     "nacks_received",
                     "ptos",
+                    "tail_probes",
                     "ecn_ce_reported",
                 ] {
                     if let Some(v) = side_stat(&case.extra, "server", key, Agg::Sum) {

@@ -662,6 +662,7 @@ fn stats_json(s: &tern::ConnectionStats) -> Value {
         "nacks_received": s.nacks_received,
         "nacks_sent": s.nacks_sent,
         "ptos": s.ptos,
+        "tail_probes": s.tail_probes,
         "non_congestive_losses": s.non_congestive_losses,
         "reorder_threshold": s.reorder_threshold,
         "reorder_window_ms": s.reorder_window.as_secs_f64() * 1e3,

@@ -1070,6 +1070,9 @@ impl Connection {
             let sendable = self.has_sendable_data();
             for path in &self.paths {
                 consider(self.loss_timer(path));
+                if !sendable {
+                    consider(self.tail_probe_timer(path));
+                }
                 consider(self.challenge_timer(path));
                 // Timers that only lead to sending are not armed while nothing may be sent
                 // (the anti-amplification limit), or they would fire again and again at once.
@@ -1129,6 +1132,39 @@ impl Connection {
         let backoff = 1u32 << path.sent.pto_count.min(10);
         let pto = (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff;
         Some(last + pto.min(self.max_probe_interval(path)))
+    }
+
+    /// Tail-loss probe timer of a path (the idea of RFC 8985's TLP): a probe timeout after
+    /// the oldest outstanding packet left, rather than after the latest. The probe timeout
+    /// counts from the latest ack-eliciting packet, so a sender of periodic messages (30 Hz
+    /// frames) pushes it back with every message, and a message whose last packet was lost
+    /// waited for the next message to reveal the gap: a whole period more. Armed only while
+    /// nothing waits to be sent (a window-limited sender has later packets whose
+    /// acknowledgements detect the loss sooner), once per packet, and never for a copy.
+    fn tail_probe_timer(&self, path: &Path) -> Option<Instant> {
+        if path.sent.loss_time.is_some() || !path.usable() {
+            return None;
+        }
+        let (_, oldest) = path.sent.tail_probe_candidate()?;
+        let pto = path.rtt.pto_base() + self.peer_max_ack_delay();
+        Some(oldest.time + pto)
+    }
+
+    /// Resends what the oldest outstanding packet of path `index` carried, once, as a probe:
+    /// nothing is declared lost, and the probe timeout's backoff is left alone.
+    fn on_tail_probe_timer(&mut self, index: usize) {
+        let path = &mut self.paths[index];
+        let Some((pn, oldest)) = path.sent.tail_probe_candidate() else {
+            return;
+        };
+        let frames = oldest.frames.clone();
+        path.sent.tail_probed = Some(pn);
+        path.probes = path.probes.max(1);
+        self.stats.tail_probes += 1;
+        self.requeue(&frames, true);
+        if !self.has_sendable_data() {
+            self.ping_pending = true;
+        }
     }
 
     /// Handles expired timers.
@@ -1191,9 +1227,16 @@ impl Connection {
         if self.keys.is_none() {
             return;
         }
+        let sendable = self.has_sendable_data();
         for i in 0..self.paths.len() {
             if self.loss_timer(&self.paths[i]).is_some_and(|t| now >= t) {
                 self.on_loss_timer(now, i);
+            } else if !sendable
+                && self
+                    .tail_probe_timer(&self.paths[i])
+                    .is_some_and(|t| now >= t)
+            {
+                self.on_tail_probe_timer(i);
             }
             if self
                 .challenge_timer(&self.paths[i])

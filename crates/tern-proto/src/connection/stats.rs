@@ -71,6 +71,10 @@ pub struct ConnectionStats {
     pub nacks_received: u64,
     /// Probe timeouts.
     pub ptos: u64,
+    /// Tail-loss probes: the oldest packet still out went a probe timeout unanswered while
+    /// nothing waited to be sent, and later packets had put the probe timeout off
+    /// (PROTOCOL.md §11.6).
+    pub tail_probes: u64,
     /// Datagrams dropped from a full send or receive queue.
     pub datagrams_dropped: u64,
     /// Of `datagrams_dropped`, those received and dropped (the oldest first) because the
@@ -201,6 +205,7 @@ counters!(
     nacks_sent,
     nacks_received,
     ptos,
+    tail_probes,
     datagrams_dropped,
     datagrams_recv_dropped,
     messages_expired_sent,

@@ -129,6 +129,8 @@ pub(crate) struct SentPackets {
     /// When the last probe timeout fired: the next one counts from here even if no probe
     /// could be sent (e.g. held back by the anti-amplification limit).
     pub(crate) last_pto: Option<Instant>,
+    /// The packet number of the last tail-loss probe's packet: one probe per packet.
+    pub(crate) tail_probed: Option<u64>,
     /// How late a packet may be before it counts as lost.
     pub(crate) reorder: ReorderAllowance,
     /// Packets declared lost, kept a few round trips to recognise a late acknowledgement.
@@ -583,6 +585,12 @@ impl SentPackets {
     /// The oldest ack-eliciting packet still outstanding (for probe content).
     pub(crate) fn oldest_ack_eliciting(&self) -> Option<&SentPacket> {
         self.packets.values().next()
+    }
+
+    /// The oldest outstanding packet and its number, if no tail-loss probe was sent for it.
+    pub(crate) fn tail_probe_candidate(&self) -> Option<(u64, &SentPacket)> {
+        let (&pn, p) = self.packets.iter().next()?;
+        (self.tail_probed.is_none_or(|t| t < pn) && !p.copy).then_some((pn, p))
     }
 
     /// Whether ack-eliciting packets are outstanding (only those are kept).
