@@ -477,50 +477,47 @@ fn first_messages_on_a_new_connection_leave_at_once() {
     // (The next ones may wait a few ms for the initial window to be acknowledged.)
 }
 
-/// A message whose last packet is lost, sent by an application that sends one message per
-/// period: the probe timeout counts from the latest packet, so every new message pushed it
-/// back and only the next message revealed the gap (a whole period later, then a round trip
-/// for the NACK). The tail-loss probe resends it a probe timeout after it left instead.
-#[test]
-fn a_lost_last_packet_is_probed_before_the_next_message_reveals_it() {
-    // Shorter than a probe timeout (here about 55 ms: a 40 ms RTT, its variation, the
-    // peer's 10 ms ACK delay), so the next message leaves before it expires.
-    const PERIOD: Duration = Duration::from_millis(40);
-    const ONE_WAY: Duration = Duration::from_millis(20);
-    // Late enough for the RTT variation to have settled.
-    const VICTIM: usize = 30;
-    let plan: Vec<Planned> = (0..40)
+/// One message of `count` (one per `period`, 1 000 bytes, one packet each, 20 ms each way) is
+/// lost: the uplink goes down halfway between messages `victim - 1` and `victim` and comes
+/// back just after `victim` left, so its one packet is the only datagram lost (message
+/// `victim - 1` was acknowledged long before; the client sends nothing else). Returns how
+/// long after it was sent the victim arrived, and the client's statistics.
+fn lose_one_message(
+    count: usize,
+    victim: usize,
+    period: Duration,
+) -> (Duration, tern_proto::ConnectionStats) {
+    let plan: Vec<Planned> = (0..count)
         .map(|i| Planned {
-            at: PERIOD * i,
+            at: period * i as u32,
             size: 1_000,
             opts: MessageOptions::default().priority(1),
         })
         .collect();
     let link = LinkConfig::new(30_000_000, ONE_WAY);
     let c: SocketAddr = "10.0.0.1:5000".parse().unwrap();
-    // The uplink goes down halfway between messages VICTIM - 1 and VICTIM and comes back just
-    // after VICTIM left: VICTIM's one packet is the only one lost (message VICTIM - 1 was
-    // acknowledged long before; the client sends nothing else).
-    fn watch(sim: &mut MessageSim, c: SocketAddr) {
+    fn watch(sim: &mut MessageSim, c: SocketAddr, victim: usize, period: Duration) {
         let sender = match sim.owner(c.ip()).map(|h| sim.node(h)) {
             Some(PairHost::Client(n)) => &n.app,
             _ => unreachable!("the client"),
         };
         let uplink = sim.links().next().expect("the uplink was added first");
-        let last_sent = (sender.next == VICTIM)
+        let last_sent = (sender.next == victim)
             .then(|| sender.sent.values().map(|(t, _)| *t).max())
             .flatten();
         match last_sent {
-            Some(t) if sim.now() >= t + PERIOD / 2 => {
+            Some(t) if sim.now() >= t + period / 2 => {
                 sim.link_mut(uplink).set_up(false);
-                sim.schedule_in(PERIOD / 2 + Duration::from_millis(5), move |s| {
+                sim.schedule_in(period / 2 + Duration::from_millis(5), move |s| {
                     s.link_mut(uplink).set_up(true)
                 });
             }
-            _ => sim.schedule_in(Duration::from_millis(1), move |s| watch(s, c)),
+            _ => sim.schedule_in(Duration::from_millis(1), move |s| {
+                watch(s, c, victim, period)
+            }),
         }
     }
-    let (sim, c, s) = run_with(3, link, plan, 0, |sim| watch(sim, c));
+    let (sim, c, s) = run_with(3, link, plan, 0, |sim| watch(sim, c, victim, period));
     let (sender, receiver) = apps(&sim, c, s);
     let uplink = sim.links().next().expect("the uplink");
     assert_eq!(
@@ -528,10 +525,9 @@ fn a_lost_last_packet_is_probed_before_the_next_message_reveals_it() {
         1,
         "one datagram dropped"
     );
-    assert_eq!(receiver.got.len(), 40, "every message arrives");
-    let victim = *sender.sent.keys().nth(VICTIM).expect("the victim was sent");
-    let (sent_at, _) = sender.sent[&victim];
-    let (got_at, _) = receiver.got[&victim];
+    assert_eq!(receiver.got.len(), count, "every message arrives");
+    let id = *sender.sent.keys().nth(victim).expect("the victim was sent");
+    let took = receiver.got[&id].0 - sender.sent[&id].0;
     let stats = match sim.owner(c.ip()).map(|h| sim.node(h)) {
         Some(PairHost::Client(n)) => n
             .endpoint
@@ -541,20 +537,41 @@ fn a_lost_last_packet_is_probed_before_the_next_message_reveals_it() {
         _ => unreachable!("the client"),
     };
     eprintln!(
-        "victim delivered after {:?}; tail probes {}, PTOs {}, NACKs {}",
-        got_at - sent_at,
-        stats.tail_probes,
-        stats.ptos,
-        stats.nacks_received
+        "message {victim} of {count} delivered after {took:?}; tail probes {}, PTOs {}, NACKs {}",
+        stats.tail_probes, stats.ptos, stats.nacks_received
     );
+    (took, stats)
+}
+
+const ONE_WAY: Duration = Duration::from_millis(20);
+
+/// A message whose last packet is lost, sent by an application that sends one message per
+/// period: the probe timeout counts from the latest packet, so every new message pushed it
+/// back and only the next message revealed the gap (a whole period later, then a round trip
+/// for the NACK). The tail-loss probe resends it a probe timeout after it left instead.
+#[test]
+fn a_lost_last_packet_is_probed_before_the_next_message_reveals_it() {
+    // Shorter than a probe timeout (here about 55 ms: a 40 ms RTT, its variation, the
+    // peer's 10 ms ACK delay), so the next message leaves before it expires. Message 30:
+    // late enough for the RTT variation to have settled.
+    const PERIOD: Duration = Duration::from_millis(40);
+    let (took, stats) = lose_one_message(40, 30, PERIOD);
     assert_eq!(stats.tail_probes, 1, "the lost packet was probed once");
     // The next message's packet reaches the receiver PERIOD + ONE_WAY after the victim left;
     // a repair that the gap it reveals sets off arrives a round trip after that.
     assert!(
-        got_at - sent_at < PERIOD + 3 * ONE_WAY,
-        "repaired before a repair set off by the next message could arrive ({:?})",
-        got_at - sent_at
+        took < PERIOD + 3 * ONE_WAY,
+        "repaired before a repair set off by the next message could arrive ({took:?})"
     );
+}
+
+/// The last message of all is lost: nothing is sent after it, so the probe timeout is as early
+/// as a tail-loss probe would be, and it alone repairs the loss (no second, duplicate probe).
+#[test]
+fn a_lone_lost_packet_is_left_to_the_probe_timeout() {
+    let (_, stats) = lose_one_message(31, 30, Duration::from_millis(40));
+    assert!(stats.ptos >= 1, "the probe timeout fired");
+    assert_eq!(stats.tail_probes, 0, "no tail-loss probe besides it");
 }
 
 /// Small messages at 30 Hz (the MAR benchmark's smallest frame, 4.5 kB) over an uplink with

@@ -1138,14 +1138,28 @@ impl Connection {
     /// the oldest outstanding packet left, rather than after the latest. The probe timeout
     /// counts from the latest ack-eliciting packet, so a sender of periodic messages (30 Hz
     /// frames) pushes it back with every message, and a message whose last packet was lost
-    /// waited for the next message to reveal the gap: a whole period more. Armed only while
-    /// nothing waits to be sent (a window-limited sender has later packets whose
-    /// acknowledgements detect the loss sooner), once per packet, and never for a copy.
+    /// waited for the next message to reveal the gap: a whole period more. Armed only
+    /// - while nothing waits to be sent (a window-limited sender has later packets whose
+    ///   acknowledgements detect the loss sooner),
+    /// - when a later packet did put the probe timeout off (else the probe timeout is as
+    ///   early, and does the same),
+    /// - before any probe timeout of the current episode (its probes already resent this),
+    /// - on the only usable path (with others, the probe timeout is what moves the data to
+    ///   them, and a probe on this path would put it off),
+    ///
+    /// once per packet, and never for a redundant copy or a PMTU probe.
     fn tail_probe_timer(&self, path: &Path) -> Option<Instant> {
-        if path.sent.loss_time.is_some() || !path.usable() {
+        if path.sent.loss_time.is_some() || path.sent.pto_count > 0 || !path.usable() {
+            return None;
+        }
+        if self.paths.iter().filter(|p| p.usable()).count() > 1 {
             return None;
         }
         let (_, oldest) = path.sent.tail_probe_candidate()?;
+        let last = path.sent.time_of_last_ack_eliciting?;
+        if last <= oldest.time {
+            return None;
+        }
         let pto = path.rtt.pto_base() + self.peer_max_ack_delay();
         Some(oldest.time + pto)
     }
@@ -1227,11 +1241,10 @@ impl Connection {
         if self.keys.is_none() {
             return;
         }
-        let sendable = self.has_sendable_data();
         for i in 0..self.paths.len() {
             if self.loss_timer(&self.paths[i]).is_some_and(|t| now >= t) {
                 self.on_loss_timer(now, i);
-            } else if !sendable
+            } else if !self.has_sendable_data()
                 && self
                     .tail_probe_timer(&self.paths[i])
                     .is_some_and(|t| now >= t)

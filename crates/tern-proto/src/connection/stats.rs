@@ -72,7 +72,7 @@ pub struct ConnectionStats {
     /// Probe timeouts.
     pub ptos: u64,
     /// Tail-loss probes: the oldest packet still out went a probe timeout unanswered while
-    /// nothing waited to be sent, and later packets had put the probe timeout off
+    /// later packets had put the probe timeout off and nothing waited to be sent
     /// (PROTOCOL.md §11.6).
     pub tail_probes: u64,
     /// Datagrams dropped from a full send or receive queue.

@@ -587,10 +587,15 @@ impl SentPackets {
         self.packets.values().next()
     }
 
-    /// The oldest outstanding packet and its number, if no tail-loss probe was sent for it.
+    /// The oldest outstanding packet a tail-loss probe may resend, and its number: newer than
+    /// the last one probed, neither a redundant copy (its loss resends nothing) nor a PMTU
+    /// probe (whose loss is not a loss of data, §5.5).
     pub(crate) fn tail_probe_candidate(&self) -> Option<(u64, &SentPacket)> {
-        let (&pn, p) = self.packets.iter().next()?;
-        (self.tail_probed.is_none_or(|t| t < pn) && !p.copy).then_some((pn, p))
+        let from = self.tail_probed.map_or(0, |t| t.saturating_add(1));
+        self.packets
+            .range(from..)
+            .find(|(_, p)| !p.copy && !matches!(p.frames.first(), Some(SentFrame::PmtuProbe(_))))
+            .map(|(&pn, p)| (pn, p))
     }
 
     /// Whether ack-eliciting packets are outstanding (only those are kept).
