@@ -208,6 +208,18 @@ fn apps(sim: &MessageSim, c: SocketAddr, s: SocketAddr) -> (&Sender, &Receiver) 
     (sender, receiver)
 }
 
+/// The client's connection statistics.
+fn client_stats(sim: &MessageSim, c: SocketAddr, sender: &Sender) -> tern_proto::ConnectionStats {
+    match sim.owner(c.ip()).map(|h| sim.node(h)) {
+        Some(PairHost::Client(n)) => n
+            .endpoint
+            .connection(sender.conn.expect("connected"))
+            .expect("open")
+            .stats(),
+        _ => unreachable!("the client"),
+    }
+}
+
 fn p99(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[((v.len() - 1) as f64 * 0.99) as usize]
@@ -528,14 +540,7 @@ fn lose_one_message(
     assert_eq!(receiver.got.len(), count, "every message arrives");
     let id = *sender.sent.keys().nth(victim).expect("the victim was sent");
     let took = receiver.got[&id].0 - sender.sent[&id].0;
-    let stats = match sim.owner(c.ip()).map(|h| sim.node(h)) {
-        Some(PairHost::Client(n)) => n
-            .endpoint
-            .connection(sender.conn.expect("connected"))
-            .expect("open")
-            .stats(),
-        _ => unreachable!("the client"),
-    };
+    let stats = client_stats(&sim, c, sender);
     eprintln!(
         "message {victim} of {count} delivered after {took:?}; tail probes {}, PTOs {}, NACKs {}",
         stats.tail_probes, stats.ptos, stats.nacks_received
@@ -600,14 +605,7 @@ fn small_periodic_messages_repair_a_lost_tail_within_a_probe_timeout() {
         .iter()
         .map(|(id, (at, _))| *at - sender.sent[id].0)
         .collect();
-    let stats = match sim.owner(c.ip()).map(|h| sim.node(h)) {
-        Some(PairHost::Client(n)) => n
-            .endpoint
-            .connection(sender.conn.expect("connected"))
-            .expect("open")
-            .stats(),
-        _ => unreachable!("the client"),
-    };
+    let stats = client_stats(&sim, c, sender);
     let p99 = p99(latencies);
     eprintln!(
         "4.5 kB at 30 Hz, 1 % loss: p99 {p99:?}; lost {}, tail probes {}, PTOs {}, NACKs {}",
