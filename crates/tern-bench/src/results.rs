@@ -65,7 +65,8 @@ pub struct Machine {
     /// 1-minute load average at the start of the run.
     pub load_avg_start: f64,
     /// The CPU flags that decide AES-GCM's speed (which of aes, pclmulqdq, avx2, vaes,
-    /// vpclmulqdq, avx512f /proc/cpuinfo lists): two hosts of one model name can differ.
+    /// vpclmulqdq, avx512f/dq/bw/vl /proc/cpuinfo lists): two hosts of one model name can
+    /// differ.
     #[serde(default)]
     pub cpu_flags: Vec<String>,
 }

@@ -15,7 +15,17 @@ fn read(path: &str) -> String {
 
 /// The CPU flags a results file records: what AES-GCM's speed, and so tern's choice of
 /// implementation, depends on.
-const CRYPTO_FLAGS: [&str; 6] = ["aes", "pclmulqdq", "avx2", "vaes", "vpclmulqdq", "avx512f"];
+const CRYPTO_FLAGS: [&str; 9] = [
+    "aes",
+    "pclmulqdq",
+    "avx2",
+    "vaes",
+    "vpclmulqdq",
+    "avx512f",
+    "avx512dq",
+    "avx512bw",
+    "avx512vl",
+];
 
 /// The machine.
 pub fn machine() -> Machine {

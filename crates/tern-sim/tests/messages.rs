@@ -489,26 +489,37 @@ fn first_messages_on_a_new_connection_leave_at_once() {
     // (The next ones may wait a few ms for the initial window to be acknowledged.)
 }
 
-/// One message of `count` (one per `period`, 1 000 bytes, one packet each, 20 ms each way) is
-/// lost: the uplink goes down halfway between messages `victim - 1` and `victim` and comes
-/// back just after `victim` left, so its one packet is the only datagram lost (message
-/// `victim - 1` was acknowledged long before; the client sends nothing else). Returns how
-/// long after it was sent the victim arrived, and the client's statistics.
-fn lose_one_message(
+/// What [`lose_message`] saw.
+struct Lost {
+    /// How long after it was sent the victim arrived.
+    took: Duration,
+    /// The client's connection statistics.
+    stats: tern_proto::ConnectionStats,
+    /// Datagrams the uplink dropped while down.
+    dropped: u64,
+}
+
+/// `count` messages of `size` bytes, one per `period`, over 20 ms each way; the uplink goes
+/// down halfway between messages `victim - 1` and `victim` and comes back `down` later
+/// (message `victim - 1` was acknowledged long before, and the client sends nothing but
+/// messages and their repairs).
+fn lose_message(
     count: usize,
     victim: usize,
     period: Duration,
-) -> (Duration, tern_proto::ConnectionStats) {
+    size: usize,
+    down: Duration,
+) -> Lost {
     let plan: Vec<Planned> = (0..count)
         .map(|i| Planned {
             at: period * i as u32,
-            size: 1_000,
+            size,
             opts: MessageOptions::default().priority(1),
         })
         .collect();
     let link = LinkConfig::new(30_000_000, ONE_WAY);
     let c: SocketAddr = "10.0.0.1:5000".parse().unwrap();
-    fn watch(sim: &mut MessageSim, c: SocketAddr, victim: usize, period: Duration) {
+    fn watch(sim: &mut MessageSim, c: SocketAddr, victim: usize, period: Duration, down: Duration) {
         let sender = match sim.owner(c.ip()).map(|h| sim.node(h)) {
             Some(PairHost::Client(n)) => &n.app,
             _ => unreachable!("the client"),
@@ -520,32 +531,39 @@ fn lose_one_message(
         match last_sent {
             Some(t) if sim.now() >= t + period / 2 => {
                 sim.link_mut(uplink).set_up(false);
-                sim.schedule_in(period / 2 + Duration::from_millis(5), move |s| {
-                    s.link_mut(uplink).set_up(true)
-                });
+                sim.schedule_in(down, move |s| s.link_mut(uplink).set_up(true));
             }
             _ => sim.schedule_in(Duration::from_millis(1), move |s| {
-                watch(s, c, victim, period)
+                watch(s, c, victim, period, down)
             }),
         }
     }
-    let (sim, c, s) = run_with(3, link, plan, 0, |sim| watch(sim, c, victim, period));
+    let (sim, c, s) = run_with(3, link, plan, 0, |sim| watch(sim, c, victim, period, down));
     let (sender, receiver) = apps(&sim, c, s);
     let uplink = sim.links().next().expect("the uplink");
-    assert_eq!(
-        sim.link(uplink).stats().dropped_down,
-        1,
-        "one datagram dropped"
-    );
+    let dropped = sim.link(uplink).stats().dropped_down;
     assert_eq!(receiver.got.len(), count, "every message arrives");
     let id = *sender.sent.keys().nth(victim).expect("the victim was sent");
     let took = receiver.got[&id].0 - sender.sent[&id].0;
     let stats = client_stats(&sim, c, sender);
     eprintln!(
-        "message {victim} of {count} delivered after {took:?}; tail probes {}, PTOs {}, NACKs {}",
+        "message {victim} of {count} delivered after {took:?}; dropped {dropped}, tail probes {}, PTOs {}, NACKs {}",
         stats.tail_probes, stats.ptos, stats.nacks_received
     );
-    (took, stats)
+    Lost {
+        took,
+        stats,
+        dropped,
+    }
+}
+
+/// [`lose_message`] of one 1 000-byte packet: the uplink is down only while it leaves, so
+/// its one packet is the only datagram lost.
+fn lose_one_message(count: usize, victim: usize, period: Duration) -> Lost {
+    let down = period / 2 + Duration::from_millis(5);
+    let lost = lose_message(count, victim, period, 1_000, down);
+    assert_eq!(lost.dropped, 1, "one datagram dropped");
+    lost
 }
 
 const ONE_WAY: Duration = Duration::from_millis(20);
@@ -560,7 +578,7 @@ fn a_lost_last_packet_is_probed_before_the_next_message_reveals_it() {
     // peer's 10 ms ACK delay), so the next message leaves before it expires. Message 30:
     // late enough for the RTT variation to have settled.
     const PERIOD: Duration = Duration::from_millis(40);
-    let (took, stats) = lose_one_message(40, 30, PERIOD);
+    let Lost { took, stats, .. } = lose_one_message(40, 30, PERIOD);
     assert_eq!(stats.tail_probes, 1, "the lost packet was probed once");
     // The next message's packet reaches the receiver PERIOD + ONE_WAY after the victim left;
     // a repair that the gap it reveals sets off arrives a round trip after that.
@@ -574,9 +592,28 @@ fn a_lost_last_packet_is_probed_before_the_next_message_reveals_it() {
 /// as a tail-loss probe would be, and it alone repairs the loss (no second, duplicate probe).
 #[test]
 fn a_lone_lost_packet_is_left_to_the_probe_timeout() {
-    let (_, stats) = lose_one_message(31, 30, Duration::from_millis(40));
+    let stats = lose_one_message(31, 30, Duration::from_millis(40)).stats;
     assert!(stats.ptos >= 1, "the probe timeout fired");
     assert_eq!(stats.tail_probes, 0, "no tail-loss probe besides it");
+}
+
+/// An outage that takes the last two messages: one tail-loss probe (the second message
+/// put the probe timeout off), then the probe timeout with its backoff. (A first version
+/// probed each probe in turn: every probe was the "later packet" that let the next one fire,
+/// and the probe timeout never came.)
+#[test]
+fn an_outage_gets_one_tail_loss_probe_then_the_probe_timeout() {
+    let period = Duration::from_millis(40);
+    let lost = lose_message(32, 30, period, 1_000, Duration::from_secs(2));
+    assert!(
+        lost.dropped >= 4,
+        "the messages and the probes were dropped"
+    );
+    assert_eq!(lost.stats.tail_probes, 1, "one probe for the episode");
+    assert!(
+        lost.stats.ptos >= 3,
+        "the probe timeout fired and backed off"
+    );
 }
 
 /// Small messages at 30 Hz (the MAR benchmark's smallest frame, 4.5 kB) over an uplink with

@@ -1068,10 +1068,11 @@ impl Connection {
         consider(self.idle_deadline);
         if self.keys.is_some() {
             let sendable = self.has_sendable_data();
+            let lone = self.one_usable_path();
             for path in &self.paths {
                 consider(self.loss_timer(path));
                 if !sendable {
-                    consider(self.tail_probe_timer(path));
+                    consider(self.tail_probe_timer(path, lone));
                 }
                 consider(self.challenge_timer(path));
                 // Timers that only lead to sending are not armed while nothing may be sent
@@ -1115,7 +1116,7 @@ impl Connection {
         }
         let sent = path.challenge_sent_at?;
         let backoff = 1u32 << path.challenges_sent.saturating_sub(1).min(10);
-        let pto = (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff;
+        let pto = self.probe_timeout(path) * backoff;
         Some(sent + pto.min(self.max_probe_interval(path)))
     }
 
@@ -1130,7 +1131,7 @@ impl Connection {
         let last = path.sent.time_of_last_ack_eliciting?;
         let last = path.sent.last_pto.map_or(last, |p| p.max(last));
         let backoff = 1u32 << path.sent.pto_count.min(10);
-        let pto = (path.rtt.pto_base() + self.peer_max_ack_delay()) * backoff;
+        let pto = self.probe_timeout(path) * backoff;
         Some(last + pto.min(self.max_probe_interval(path)))
     }
 
@@ -1140,28 +1141,44 @@ impl Connection {
     /// frames) pushes it back with every message, and a message whose last packet was lost
     /// waited for the next message to reveal the gap: a whole period more. Armed only
     /// - while nothing waits to be sent (a window-limited sender has later packets whose
-    ///   acknowledgements detect the loss sooner),
+    ///   acknowledgements detect the loss sooner; the caller checks),
+    /// - on the only usable path (`lone`; with others, the probe timeout is what moves the
+    ///   data to them, and a probe on this path would put it off),
     /// - when a later packet did put the probe timeout off (else the probe timeout is as
     ///   early, and does the same),
-    /// - before any probe timeout of the current episode (its probes already resent this),
-    /// - on the only usable path (with others, the probe timeout is what moves the data to
-    ///   them, and a probe on this path would put it off),
+    /// - before any probe timeout of the current episode (its probes resend the same), and
+    /// - once per episode: after a probe, not again until something sent after the probed
+    ///   packet is acknowledged (RFC 8985 §7.4), or during an outage each probe would be the
+    ///   next probe's "later packet" and the probe timeout, its backoff and black-hole
+    ///   detection would never come;
     ///
-    /// once per packet, and never for a redundant copy or a PMTU probe.
-    fn tail_probe_timer(&self, path: &Path) -> Option<Instant> {
-        if path.sent.loss_time.is_some() || path.sent.pto_count > 0 || !path.usable() {
+    /// never for a redundant copy or a PMTU probe.
+    fn tail_probe_timer(&self, path: &Path, lone: bool) -> Option<Instant> {
+        let sent = &path.sent;
+        if !lone || sent.loss_time.is_some() || sent.pto_count > 0 || !path.usable() {
             return None;
         }
-        if self.paths.iter().filter(|p| p.usable()).count() > 1 {
+        if sent
+            .tail_probed
+            .is_some_and(|t| sent.largest_acked.is_none_or(|acked| acked <= t))
+        {
             return None;
         }
-        let (_, oldest) = path.sent.tail_probe_candidate()?;
-        let last = path.sent.time_of_last_ack_eliciting?;
-        if last <= oldest.time {
+        let (_, oldest) = sent.tail_probe_candidate()?;
+        if sent.time_of_last_ack_eliciting? <= oldest.time {
             return None;
         }
-        let pto = path.rtt.pto_base() + self.peer_max_ack_delay();
-        Some(oldest.time + pto)
+        Some(oldest.time + self.probe_timeout(path))
+    }
+
+    /// Whether at most one path is usable (the tail-loss probe's condition).
+    fn one_usable_path(&self) -> bool {
+        self.paths.iter().filter(|p| p.usable()).nth(1).is_none()
+    }
+
+    /// A path's probe timeout without backoff: RTT, four variations and the peer's ACK delay.
+    fn probe_timeout(&self, path: &Path) -> Duration {
+        path.rtt.pto_base() + self.peer_max_ack_delay()
     }
 
     /// Resends what the oldest outstanding packet of path `index` carried, once, as a probe:
@@ -1175,7 +1192,13 @@ impl Connection {
         path.sent.tail_probed = Some(pn);
         path.probes = path.probes.max(1);
         self.stats.tail_probes += 1;
-        self.requeue(&frames, true);
+        self.probe_with(&frames);
+    }
+
+    /// Re-queues `frames` for a probe (without declaring them lost), or a Ping when they
+    /// carried nothing to resend and nothing else waits.
+    fn probe_with(&mut self, frames: &[crate::recovery::SentFrame]) {
+        self.requeue(frames, true);
         if !self.has_sendable_data() {
             self.ping_pending = true;
         }
@@ -1244,10 +1267,10 @@ impl Connection {
         for i in 0..self.paths.len() {
             if self.loss_timer(&self.paths[i]).is_some_and(|t| now >= t) {
                 self.on_loss_timer(now, i);
-            } else if !self.has_sendable_data()
-                && self
-                    .tail_probe_timer(&self.paths[i])
-                    .is_some_and(|t| now >= t)
+            } else if self
+                .tail_probe_timer(&self.paths[i], self.one_usable_path())
+                .is_some_and(|t| now >= t)
+                && !self.has_sendable_data()
             {
                 self.on_tail_probe_timer(i);
             }
@@ -1299,13 +1322,12 @@ impl Connection {
         }
         // Resend what the oldest outstanding packet carried (without declaring it lost),
         // so the probe carries data when there is no new data to send.
-        let path = &self.paths[index];
-        if let Some(frames) = path.sent.oldest_ack_eliciting().map(|p| p.frames.clone()) {
-            self.requeue(&frames, true);
-        }
-        if !self.has_sendable_data() {
-            self.ping_pending = true;
-        }
+        let frames = self.paths[index]
+            .sent
+            .oldest_ack_eliciting()
+            .map(|p| p.frames.clone())
+            .unwrap_or_default();
+        self.probe_with(&frames);
     }
 
     /// Gives up messages whose deadline passed, on both sides.

@@ -129,7 +129,7 @@ pub(crate) struct SentPackets {
     /// When the last probe timeout fired: the next one counts from here even if no probe
     /// could be sent (e.g. held back by the anti-amplification limit).
     pub(crate) last_pto: Option<Instant>,
-    /// The packet number of the last tail-loss probe's packet: one probe per packet.
+    /// The number of the packet the last tail-loss probe resent (not the probe's own).
     pub(crate) tail_probed: Option<u64>,
     /// How late a packet may be before it counts as lost.
     pub(crate) reorder: ReorderAllowance,
