@@ -1,5 +1,6 @@
 //! tern endpoints as simulator nodes, and the applications the tests run on them: a bulk
-//! sender of several flows and a receiver that checks every byte.
+//! sender of several flows and a receiver that checks every byte, and a download (a server
+//! that sends one flow to a client that checks every byte).
 //!
 //! Flow payloads are a pure function of (flow index, offset), so the receiver verifies each
 //! byte without the sender's copy, and memory stays bounded by the protocol's windows.
@@ -538,6 +539,122 @@ pub fn goodput_between(timeline: &[(Instant, u64)], from: Instant, to: Instant) 
         return 0.0;
     }
     (at(to) - at(from)) as f64 * 8.0 / secs
+}
+
+/// A server that sends `size` bytes on one unidirectional flow to the first client once the
+/// connection is handed to it (a download; the flow's payload is flow 0's).
+pub struct FlowServer {
+    size: u64,
+    sent: u64,
+    conn: Option<ConnectionHandle>,
+    flow: Option<FlowId>,
+}
+
+impl FlowServer {
+    /// A server that sends `size` bytes.
+    pub fn new(size: u64) -> Self {
+        Self {
+            size,
+            sent: 0,
+            conn: None,
+            flow: None,
+        }
+    }
+}
+
+impl App for FlowServer {
+    fn poll(&mut self, _: Instant, ep: &mut Endpoint) {
+        if let Some(h) = ep.accept() {
+            self.conn.get_or_insert(h);
+        }
+        let Some(conn) = self.conn.and_then(|h| ep.connection_mut(h)) else {
+            return;
+        };
+        let id = match self.flow {
+            Some(id) => id,
+            None => match conn.open_flow(Dir::Uni) {
+                Ok(id) => *self.flow.insert(id),
+                Err(_) => return,
+            },
+        };
+        while self.sent < self.size {
+            let max = ((self.size - self.sent) as usize).min(64 * 1024);
+            match conn.write_bytes(id, payload_slice(0, self.sent, max)) {
+                Ok(n) => self.sent += n as u64,
+                Err(_) => return,
+            }
+        }
+        let _ = conn.finish(id);
+    }
+    fn on_event(&mut self, now: Instant, ep: &mut Endpoint, _: ConnectionHandle, _: Event) {
+        self.poll(now, ep);
+    }
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+/// A client that only receives: connects to `server`, reads the server's first
+/// unidirectional flow and checks every byte.
+pub struct Downloader {
+    server: SocketAddr,
+    server_key: Option<PublicKey>,
+    conn: Option<ConnectionHandle>,
+    /// Bytes read.
+    pub received: u64,
+    /// Offset of the first byte that was not the pattern's.
+    pub corrupt: Option<u64>,
+    /// When the flow's end was read.
+    pub finished_at: Option<Instant>,
+}
+
+impl Downloader {
+    /// A client of `server` (IK when its key is given).
+    pub fn new(server: SocketAddr, server_key: Option<PublicKey>) -> Self {
+        Self {
+            server,
+            server_key,
+            conn: None,
+            received: 0,
+            corrupt: None,
+            finished_at: None,
+        }
+    }
+}
+
+impl App for Downloader {
+    fn poll(&mut self, now: Instant, ep: &mut Endpoint) {
+        let h = *self.conn.get_or_insert_with(|| {
+            ep.connect(now, self.server, self.server_key)
+                .expect("connect")
+        });
+        let Some(conn) = ep.connection_mut(h) else {
+            return;
+        };
+        let id = FlowId::from_parts(tern_proto::Side::Server, Dir::Uni, 0);
+        let _ = conn.accept_flow(Dir::Uni);
+        loop {
+            match conn.read_chunk(id, usize::MAX) {
+                Ok(Some(chunk)) => {
+                    if let Err(at) = check_payload(0, self.received, &chunk) {
+                        self.corrupt.get_or_insert(at);
+                    }
+                    self.received += chunk.len() as u64;
+                }
+                Ok(None) => {
+                    self.finished_at.get_or_insert(now);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    fn on_event(&mut self, now: Instant, ep: &mut Endpoint, _: ConnectionHandle, _: Event) {
+        self.poll(now, ep);
+    }
+    fn is_done(&self) -> bool {
+        self.finished_at.is_some()
+    }
 }
 
 /// Convenience: how long after `start` something happened.

@@ -5,7 +5,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tern_proto::{ConnectionConfig, Endpoint, PathState, PathStats};
-use tern_sim::tern::{endpoint_config, BulkSender, PairHost, TernNode, VerifyingReceiver};
+use tern_sim::tern::{
+    endpoint_config, BulkSender, Downloader, FlowServer, PairHost, TernNode, VerifyingReceiver,
+};
 use tern_sim::{LinkConfig, Simulation};
 
 const CLIENT: &str = "10.0.0.1:5000";
@@ -672,109 +674,13 @@ fn every_byte_arrives_over_random_paths_deaths_and_moves() {
     }
 }
 
-/// A server that sends `size` bytes on one flow to the first client (a download).
-struct Uploader {
-    size: u64,
-    sent: u64,
-    conn: Option<tern_proto::ConnectionHandle>,
-    flow: Option<tern_proto::FlowId>,
-}
-
-impl tern_sim::tern::App for Uploader {
-    fn poll(&mut self, _: std::time::Instant, ep: &mut Endpoint) {
-        if let Some(h) = ep.accept() {
-            self.conn.get_or_insert(h);
-        }
-        let Some(conn) = self.conn.and_then(|h| ep.connection_mut(h)) else {
-            return;
-        };
-        let id = match self.flow {
-            Some(id) => id,
-            None => match conn.open_flow(tern_proto::Dir::Uni) {
-                Ok(id) => *self.flow.insert(id),
-                Err(_) => return,
-            },
-        };
-        while self.sent < self.size {
-            let max = ((self.size - self.sent) as usize).min(64 * 1024);
-            match conn.write_bytes(id, tern_sim::tern::payload_slice(0, self.sent, max)) {
-                Ok(n) => self.sent += n as u64,
-                Err(_) => return,
-            }
-        }
-        let _ = conn.finish(id);
-    }
-    fn on_event(
-        &mut self,
-        now: std::time::Instant,
-        ep: &mut Endpoint,
-        _: tern_proto::ConnectionHandle,
-        _: tern_proto::Event,
-    ) {
-        self.poll(now, ep);
-    }
-    fn is_done(&self) -> bool {
-        true
-    }
-}
-
-/// A client that only receives: connects, reads the server's flow and checks every byte.
-struct Downloader {
-    server_key: Option<tern_proto::PublicKey>,
-    conn: Option<tern_proto::ConnectionHandle>,
-    received: u64,
-    corrupt: Option<u64>,
-    finished: bool,
-}
-
-impl tern_sim::tern::App for Downloader {
-    fn poll(&mut self, now: std::time::Instant, ep: &mut Endpoint) {
-        let h = *self.conn.get_or_insert_with(|| {
-            ep.connect(now, addr(SERVER), self.server_key)
-                .expect("connect")
-        });
-        let Some(conn) = ep.connection_mut(h) else {
-            return;
-        };
-        let id = tern_proto::FlowId::from_parts(tern_proto::Side::Server, tern_proto::Dir::Uni, 0);
-        let _ = conn.accept_flow(tern_proto::Dir::Uni);
-        loop {
-            match conn.read_chunk(id, usize::MAX) {
-                Ok(Some(chunk)) => {
-                    if let Err(at) = tern_sim::tern::check_payload(0, self.received, &chunk) {
-                        self.corrupt.get_or_insert(at);
-                    }
-                    self.received += chunk.len() as u64;
-                }
-                Ok(None) => {
-                    self.finished = true;
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-    }
-    fn on_event(
-        &mut self,
-        now: std::time::Instant,
-        ep: &mut Endpoint,
-        _: tern_proto::ConnectionHandle,
-        _: tern_proto::Event,
-    ) {
-        self.poll(now, ep);
-    }
-    fn is_done(&self) -> bool {
-        self.finished
-    }
-}
-
 #[test]
 fn a_receiving_client_whose_addresses_all_change_keeps_its_download() {
     let (c, cc, s) = (addr(CLIENT).ip(), addr(CLIENT_CELL).ip(), addr(SERVER).ip());
     let (new_c, new_cc): (IpAddr, IpAddr) =
         ("10.0.8.1".parse().unwrap(), "10.1.8.1".parse().unwrap());
     let size = 6_000_000;
-    let mut sim: Simulation<PairHost<Downloader, Uploader>> = Simulation::new(41);
+    let mut sim: Simulation<PairHost<Downloader, FlowServer>> = Simulation::new(41);
     let now = sim.now();
     let server_ep = Endpoint::new(endpoint_config(41, true), now);
     let mut client_cfg = endpoint_config(41, false);
@@ -783,24 +689,9 @@ fn a_receiving_client_whose_addresses_all_change_keeps_its_download() {
     let client = TernNode::new(
         Endpoint::new(client_cfg, now),
         addr(CLIENT),
-        Downloader {
-            server_key: key,
-            conn: None,
-            received: 0,
-            corrupt: None,
-            finished: false,
-        },
+        Downloader::new(addr(SERVER), key),
     );
-    let server = TernNode::new(
-        server_ep,
-        addr(SERVER),
-        Uploader {
-            size,
-            sent: 0,
-            conn: None,
-            flow: None,
-        },
-    );
+    let server = TernNode::new(server_ep, addr(SERVER), FlowServer::new(size));
     sim.add_host(PairHost::Client(client), &[c, cc]);
     sim.add_host(PairHost::Server(server), &[s]);
     sim.add_duplex(c, s, LinkConfig::new(20_000_000, Duration::from_millis(10)));

@@ -13,8 +13,8 @@ use tern_proto::{
     ConnectionHandle, Dir, Endpoint, EndpointConfig, Event, FlowId, PublicKey, WriteError,
 };
 use tern_sim::tern::{
-    endpoint_config, payload_slice, App, PairAccess, PairHost, TernNode, Transfer, CLIENT_ADDR,
-    SERVER_ADDR,
+    endpoint_config, payload_slice, App, Downloader, FlowServer, PairAccess, PairHost, TernNode,
+    Transfer, CLIENT_ADDR, SERVER_ADDR,
 };
 use tern_sim::{LinkConfig, Simulation};
 
@@ -113,6 +113,97 @@ fn one_megabyte_at_fifty_megabit_completes_within_1_3_ideal() {
         let (_, without) = startup(seed, false);
         assert!(with <= 1.3, "fast start: {with:.2}× ideal (seed {seed})");
         assert!(with < without, "{with:.2} vs {without:.2} without");
+    }
+}
+
+/// Completion of a 1 MB download (the server sends it as soon as it has the connection) on
+/// 50 Mbit/s, 100 ms RTT, and its ratio to the ideal (handshake RTT + size / C + one RTT:
+/// the client's first packet to the server, the last byte back), with the server's
+/// connection statistics.
+fn download(seed: u64, configure: fn(&mut EndpointConfig)) -> (f64, tern_proto::ConnectionStats) {
+    const SIZE: u64 = 1_000_000;
+    const RATE: u64 = 50_000_000;
+    let server_addr: SocketAddr = SERVER_ADDR.parse().unwrap();
+    let client_addr: SocketAddr = CLIENT_ADDR.parse().unwrap();
+    let mut sim: Simulation<PairHost<Downloader, FlowServer>> = Simulation::new(seed);
+    let now = sim.now();
+    let mut server_cfg = endpoint_config(seed, true);
+    configure(&mut server_cfg);
+    let mut client_cfg = endpoint_config(seed, false);
+    configure(&mut client_cfg);
+    let server = Endpoint::new(server_cfg, now);
+    let client = Downloader::new(server_addr, Some(server.public_key()));
+    sim.add_host(
+        PairHost::Client(TernNode::new(
+            Endpoint::new(client_cfg, now),
+            client_addr,
+            client,
+        )),
+        &[client_addr.ip()],
+    );
+    sim.add_host(
+        PairHost::Server(TernNode::new(server, server_addr, FlowServer::new(SIZE))),
+        &[server_addr.ip()],
+    );
+    sim.add_duplex(
+        client_addr.ip(),
+        server_addr.ip(),
+        LinkConfig::new(RATE, Duration::from_millis(50)),
+    );
+    let start = sim.now();
+    sim.run_until_done(start + Duration::from_secs(30))
+        .expect("download completes");
+    let host = sim.owner(client_addr.ip()).unwrap();
+    let PairHost::Client(n) = sim.node(host) else {
+        unreachable!()
+    };
+    assert_eq!(n.app.corrupt, None);
+    assert_eq!(n.app.received, SIZE);
+    let took = n.app.finished_at.expect("finished") - start;
+    let rtt = Duration::from_millis(100);
+    let ideal = rtt + Duration::from_secs_f64(SIZE as f64 * 8.0 / RATE as f64) + rtt;
+    let ratio = took.as_secs_f64() / ideal.as_secs_f64();
+    let server = match sim.node(sim.owner(server_addr.ip()).unwrap()) {
+        PairHost::Server(s) => s,
+        PairHost::Client(_) => unreachable!(),
+    };
+    let sh = server.endpoint.handles().next().unwrap();
+    let sstats = server.endpoint.connection(sh).unwrap().stats();
+    eprintln!(
+        "download seed {seed}: {took:?} = {ratio:.2}× ideal ({ideal:?}); server: trains {}, \
+         estimates {}, estimate {:.1} Mbit/s, lost {}",
+        sstats.probe_trains_sent,
+        sstats.rate_estimates,
+        sstats.rate_estimate as f64 * 8.0 / 1e6,
+        sstats.packets_lost,
+    );
+    (ratio, sstats)
+}
+
+#[test]
+fn a_download_starts_at_the_rate_measured_during_the_handshake() {
+    for seed in 1..=3 {
+        let (with, stats) = download(seed, |c| c.connection.handshake_train = true);
+        let (usual, usual_stats) = download(seed, |_| {});
+        let (without, _) = download(seed, fast_start_off);
+        // The server's only train went with its handshake response, and its estimate came
+        // back with the client's first packets: no round trip of slow start or of waiting
+        // for a later train's report.
+        assert_eq!(stats.probe_trains_sent, 1, "seed {seed}");
+        assert_eq!(stats.rate_estimates, 1, "seed {seed}");
+        let error = (stats.rate_estimate as f64 * 8.0 - 50e6) / 50e6;
+        assert!(error.abs() <= 0.10, "estimate {} B/s", stats.rate_estimate);
+        assert!(with <= 1.1, "{with:.2}× ideal (seed {seed})");
+        // Without it the first train leaves with the first data, a round trip later.
+        assert_eq!(usual_stats.probe_trains_sent, 1, "seed {seed}");
+        assert!(
+            with < usual - 0.1,
+            "{with:.2} vs {usual:.2} without the handshake train"
+        );
+        assert!(
+            usual < without,
+            "{usual:.2} vs {without:.2} without fast start"
+        );
     }
 }
 

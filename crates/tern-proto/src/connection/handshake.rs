@@ -45,6 +45,24 @@ pub(crate) struct HandshakeState {
     pub(crate) refusals: u32,
     /// Flow data carried in the first flight, acknowledged implicitly by the response.
     pub(crate) first_flight: crate::recovery::SentFrames,
+    /// Protected packets that arrived before the response (a server's handshake probe train
+    /// goes just ahead of it, §11.10), with when they arrived: opened once the keys exist,
+    /// so that the train is timed while this end was idle, not behind the response's Noise
+    /// work. At most [`MAX_EARLY_PACKETS`].
+    pub(crate) early_packets: Vec<EarlyPacket>,
+}
+
+/// Most protected packets a client keeps while it waits for the handshake's response.
+pub(crate) const MAX_EARLY_PACKETS: usize = crate::path::probe::DEFAULT_TRAIN_LEN as usize;
+
+/// A protected packet kept until the keys to open it exist, and how it arrived.
+#[derive(Debug)]
+pub(crate) struct EarlyPacket {
+    pub(crate) at: Instant,
+    pub(crate) remote: SocketAddr,
+    pub(crate) local: Option<std::net::IpAddr>,
+    pub(crate) ecn: Option<crate::recovery::EcnCodepoint>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// A handshake datagram that is resent until the handshake is confirmed.
@@ -397,6 +415,9 @@ impl Connection {
         self.paths[0].validated = true;
         self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
+        for mut p in hs.early_packets {
+            self.open_short(p.at, p.remote, p.local, p.ecn, &mut p.data);
+        }
         Ok(())
     }
 
@@ -428,7 +449,7 @@ impl Connection {
         self.peer_key = noise.remote_static();
         self.state = State::Established;
         self.install_keys();
-        self.on_address_validated();
+        self.on_address_validated(now);
         self.handshake_done_pending = true;
         self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
@@ -437,10 +458,17 @@ impl Connection {
         Ok(())
     }
 
-    /// The peer proved it owns its address (decrypted packet, msg3 or retry token).
-    pub(crate) fn on_address_validated(&mut self) {
+    /// The peer proved it owns its address (decrypted packet or msg3) at `now`. A server's
+    /// response was answered: the path's first RTT sample, if it went once (Karn). The client
+    /// answers at once (its first protected packet, or msg3), so the sample is the path's;
+    /// the server's first rate estimate, often in the next packet (§11.10), needs it.
+    pub(crate) fn on_address_validated(&mut self, now: Instant) {
         self.paths[0].validated = true;
         if self.side == Side::Server {
+            let sample = self.flight.as_ref().and_then(|f| f.rtt_sample(now));
+            if let Some(sample) = sample.filter(|_| !self.paths[0].rtt.has_sample()) {
+                self.paths[0].rtt.update(Duration::ZERO, sample);
+            }
             self.confirmed = true;
             self.flight = None;
         }

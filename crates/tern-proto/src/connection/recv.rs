@@ -30,6 +30,36 @@ impl Connection {
     ) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += data.len() as u64;
+        if let State::Handshake(hs) = &mut self.state {
+            // A client without keys yet: a server's handshake probe train, just ahead of its
+            // response, is kept to be opened and timed after it (§11.10); a few datagrams of
+            // at most our datagram size.
+            if self.side == Side::Client
+                && hs.early_packets.len() < super::handshake::MAX_EARLY_PACKETS
+                && data.len() <= usize::from(self.config.max_datagram_size)
+            {
+                hs.early_packets.push(super::handshake::EarlyPacket {
+                    at: now,
+                    remote,
+                    local,
+                    ecn,
+                    data: data.to_vec(),
+                });
+            }
+            return;
+        }
+        self.open_short(now, remote, local, ecn, data);
+    }
+
+    /// Opens and handles a short-header datagram that arrived at `now` (counted already).
+    pub(crate) fn open_short(
+        &mut self,
+        now: Instant,
+        remote: SocketAddr,
+        local: Option<IpAddr>,
+        ecn: Option<EcnCodepoint>,
+        data: &mut [u8],
+    ) {
         let datagram_len = data.len() as u64;
         if matches!(self.state, State::Drained) {
             return;
@@ -132,7 +162,7 @@ impl Connection {
         self.restart_idle_timer(now);
         if index == 0 && self.side == Side::Server && !self.confirmed && remote == handshake_address
         {
-            self.on_address_validated();
+            self.on_address_validated(now);
         }
         if self.side == Side::Server && self.announce.is_unproven() {
             // Only the client that wrote the first flight has these keys: it is live, not a
@@ -646,7 +676,11 @@ impl Connection {
             return;
         };
         let path = &mut self.paths[index];
-        if !path.probe_tx.take_report(train) || rate == 0 {
+        if !path.probe_tx.take_report(train) {
+            return;
+        }
+        if rate == 0 {
+            path.probe_tx.no_estimate();
             return;
         }
         // Bound (PROTOCOL.md §11.10): once the path has left its first slow start, its

@@ -74,6 +74,9 @@ pub(crate) struct Pmtud {
     /// When the latest packet acknowledged that was smaller than those (or than the base
     /// size) was sent: a black hole needs one sent after the streak began.
     small_acked: Option<Instant>,
+    /// The size a black hole was found at, probed once first by the search that follows,
+    /// and the search's ceiling before it (restored if the probe gets through).
+    recheck: Option<(u16, u32)>,
 }
 
 impl Pmtud {
@@ -98,6 +101,7 @@ impl Pmtud {
             research,
             current: initial,
             ceiling: u32::from(max) + 1,
+            recheck: None,
             in_flight: None,
             failures: 0,
             probing: 0,
@@ -153,6 +157,9 @@ impl Pmtud {
         {
             return None;
         }
+        if let Some((size, _)) = self.recheck {
+            return Some(size);
+        }
         if self.ceiling > u32::from(self.max) {
             return Some(self.max);
         }
@@ -178,6 +185,11 @@ impl Pmtud {
         if self.state != PmtuState::Searching || size <= self.current {
             return None;
         }
+        if let Some((_, ceiling)) = self.recheck.filter(|r| r.0 == size) {
+            // No black hole after all: the search goes on where it was.
+            self.recheck = None;
+            self.ceiling = ceiling;
+        }
         self.failures = 0;
         self.current = size;
         Some(size)
@@ -189,6 +201,13 @@ impl Pmtud {
             self.in_flight = None;
         }
         if self.state != PmtuState::Searching || size <= self.current {
+            return;
+        }
+        if self.recheck.is_some_and(|r| r.0 == size) {
+            // The black hole is confirmed: search below it.
+            self.recheck = None;
+            self.ceiling = self.ceiling.min(u32::from(size));
+            self.failures = 0;
             return;
         }
         if size == self.probing {
@@ -253,18 +272,24 @@ impl Pmtud {
                 .is_some_and(|(small, lost)| small > lost)
     }
 
-    /// Falls back to the base size after a black hole and searches again from there, below
-    /// the size that failed. Returns the new datagram size.
+    /// Falls back to the base size after a black hole and searches again from there: first
+    /// one probe at the size that failed; if that is lost too, below it (only the re-search
+    /// timer tries larger sizes again); if it gets through, the search goes on as before the
+    /// fall-back. Returns the new datagram size.
+    ///
+    /// Losses are indirect evidence: a failover or a burst of drop-tail overflow can lose
+    /// several full-size packets in a row while a small PTO probe gets through. One probe
+    /// at the old size tells the two apart: a path that still carries it is back at its
+    /// size after a round trip, not searching below it until the re-search timer.
     pub(crate) fn fall_back(&mut self) -> u16 {
-        let failed = self.current;
+        let (failed, ceiling) = (self.current, self.ceiling);
         self.current = BASE_PLPMTU;
         self.in_flight = None;
         self.reset_streak();
         self.large_acked = None;
         self.start_search();
-        // The size that just failed is the first ceiling (the re-search timer tries the
-        // maximum again later).
-        self.ceiling = u32::from(failed);
+        self.ceiling = u32::from(failed) + 1;
+        self.recheck = Some((failed, ceiling));
         BASE_PLPMTU
     }
 
@@ -273,6 +298,7 @@ impl Pmtud {
     pub(crate) fn restart(&mut self) -> u16 {
         self.current = self.current.min(self.initial);
         self.in_flight = None;
+        self.recheck = None;
         self.reset_streak();
         self.large_acked = None;
         if self.state != PmtuState::Disabled {
@@ -382,6 +408,29 @@ mod tests {
         assert!(q.black_hole());
         assert_eq!(p.fall_back(), BASE_PLPMTU);
         assert!(!p.black_hole());
-        assert_eq!(p.poll_probe(crate::cc::testing::epoch()), Some(5100));
+        // The size that failed is probed once; lost, the search goes below it.
+        let now = crate::cc::testing::epoch();
+        assert_eq!(p.poll_probe(now), Some(9000));
+        p.on_probe_sent(40, 9000);
+        p.on_probe_lost(40, 9000);
+        assert_eq!(p.poll_probe(now), Some(5100));
+    }
+
+    #[test]
+    fn a_black_hole_read_from_congestion_is_undone_by_one_probe() {
+        let t0 = crate::cc::testing::epoch();
+        let mut p = Pmtud::new(true, 1452, 9000, Duration::from_secs(600));
+        p.current = 1472;
+        for i in 0..3 {
+            p.on_packet_lost(1472, t0 + Duration::from_millis(i));
+        }
+        p.on_packet_acked(1200, t0 + Duration::from_millis(5));
+        assert!(p.black_hole());
+        assert_eq!(p.fall_back(), BASE_PLPMTU);
+        assert_eq!(p.poll_probe(t0), Some(1472));
+        p.on_probe_sent(7, 1472);
+        assert_eq!(p.on_probe_acked(7, 1472), Some(1472));
+        assert_eq!(p.current, 1472);
+        assert_eq!(p.poll_probe(t0), Some(9000), "the search goes on upwards");
     }
 }
