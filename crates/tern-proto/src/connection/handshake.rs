@@ -47,8 +47,8 @@ pub(crate) struct HandshakeState {
     pub(crate) first_flight: crate::recovery::SentFrames,
     /// Protected packets that arrived before the response (a server's handshake probe train
     /// goes just ahead of it, §11.10), with when they arrived: opened once the keys exist,
-    /// so that the train is timed while this end was idle, not behind the response's Noise
-    /// work. At most [`MAX_EARLY_PACKETS`].
+    /// the train timed by its arrivals, not behind the response's Noise work. At most
+    /// [`MAX_EARLY_PACKETS`].
     pub(crate) early_packets: Vec<EarlyPacket>,
 }
 
@@ -58,7 +58,7 @@ pub(crate) const MAX_EARLY_PACKETS: usize = crate::path::probe::DEFAULT_TRAIN_LE
 /// A protected packet kept until the keys to open it exist, and how it arrived.
 #[derive(Debug)]
 pub(crate) struct EarlyPacket {
-    pub(crate) at: Instant,
+    pub(crate) arrived: Instant,
     pub(crate) remote: SocketAddr,
     pub(crate) local: Option<std::net::IpAddr>,
     pub(crate) ecn: Option<crate::recovery::EcnCodepoint>,
@@ -271,7 +271,17 @@ impl Connection {
         flight.first_sent.get_or_insert(now);
         flight.sends += 1;
         buf.extend_from_slice(&flight.datagram);
-        Some(flight.datagram.len())
+        let len = flight.datagram.len();
+        if flight.sends > 1 && self.side == Side::Server {
+            // A server's packets sent before its response (a handshake probe train, §11.10)
+            // can be opened, and so acknowledged, only after the client has the response:
+            // count them as sent with this copy (Karn), or their acknowledgement would be
+            // the first RTT sample, a retransmission timeout too long.
+            for p in self.paths[0].sent.packets.values_mut() {
+                p.time = p.time.max(now);
+            }
+        }
+        Some(len)
     }
 
     /// A long-header packet arrived for this connection.
@@ -309,6 +319,7 @@ impl Connection {
         }
         hs.retries += 1;
         hs.token = token.to_vec();
+        hs.early_packets.clear();
         self.rebuild_initial();
     }
 
@@ -416,7 +427,7 @@ impl Connection {
         self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
         for mut p in hs.early_packets {
-            self.open_short(p.at, p.remote, p.local, p.ecn, &mut p.data);
+            self.open_short(now, p.arrived, p.remote, p.local, p.ecn, &mut p.data);
         }
         Ok(())
     }

@@ -18,11 +18,12 @@ pub(crate) type FrameError = (TransportErrorCode, &'static str);
 
 impl Connection {
     /// A short-header datagram arrived for this connection from `remote` to our `local`
-    /// address (if known), with the ECN codepoint of its IP header. `data` is decrypted in
-    /// place.
+    /// address (if known), with the ECN codepoint of its IP header; it reached the host at
+    /// `arrived` (≤ `now`, for probe trains). `data` is decrypted in place.
     pub(crate) fn handle_short(
         &mut self,
         now: Instant,
+        arrived: Instant,
         remote: SocketAddr,
         local: Option<IpAddr>,
         ecn: Option<EcnCodepoint>,
@@ -35,11 +36,12 @@ impl Connection {
             // response, is kept to be opened and timed after it (§11.10); a few datagrams of
             // at most our datagram size.
             if self.side == Side::Client
+                && remote == self.paths[0].remote
                 && hs.early_packets.len() < super::handshake::MAX_EARLY_PACKETS
                 && data.len() <= usize::from(self.config.max_datagram_size)
             {
                 hs.early_packets.push(super::handshake::EarlyPacket {
-                    at: now,
+                    arrived,
                     remote,
                     local,
                     ecn,
@@ -48,13 +50,14 @@ impl Connection {
             }
             return;
         }
-        self.open_short(now, remote, local, ecn, data);
+        self.open_short(now, arrived, remote, local, ecn, data);
     }
 
-    /// Opens and handles a short-header datagram that arrived at `now` (counted already).
+    /// Opens and handles a short-header datagram, counted already (see `handle_short`).
     pub(crate) fn open_short(
         &mut self,
         now: Instant,
+        arrived: Instant,
         remote: SocketAddr,
         local: Option<IpAddr>,
         ecn: Option<EcnCodepoint>,
@@ -207,7 +210,7 @@ impl Connection {
             match self.probe_seen.take() {
                 Some((train, position, count)) => {
                     let size = u32::try_from(datagram_len).unwrap_or(u32::MAX);
-                    rx.on_probe(now, train, position, count, size);
+                    rx.on_probe(arrived, train, position, count, size);
                 }
                 None => rx.on_other_packet(),
             }
@@ -679,8 +682,17 @@ impl Connection {
         if !path.probe_tx.take_report(train) {
             return;
         }
+        if std::mem::take(&mut path.probe_tx.during_handshake) {
+            // Three packets: a hint for the first slow start, not the path's first train,
+            // which still goes with its first data (PROTOCOL.md §11.10).
+            path.probe_tx.probed = false;
+            if rate > 0 {
+                path.cc.on_start_hint(rate, &path.rtt);
+                self.stats.rate_estimates += 1;
+            }
+            return;
+        }
         if rate == 0 {
-            path.probe_tx.no_estimate();
             return;
         }
         // Bound (PROTOCOL.md §11.10): once the path has left its first slow start, its

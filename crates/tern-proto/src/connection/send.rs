@@ -275,14 +275,13 @@ impl Connection {
             .saturating_sub(2 * response)
             .min(path.cwnd_room());
         let mtu = u64::from(path.mtu.max(1));
-        let wanted = u64::from(
-            self.config
-                .probe_train_len
-                .clamp(2, crate::wire::MAX_PROBE_TRAIN),
-        );
+        // No more than the client keeps before it has keys.
+        let wanted = self
+            .configured_train_len()
+            .min(super::handshake::MAX_EARLY_PACKETS as u64);
         let arrivals = MIN_ARRIVALS as u64;
-        let (count, size) = if room / mtu >= arrivals {
-            ((room / mtu).min(wanted.max(arrivals)), mtu)
+        let (count, size) = if (room / mtu).min(wanted) >= arrivals {
+            ((room / mtu).min(wanted), mtu)
         } else {
             (arrivals, room / arrivals)
         };
@@ -362,12 +361,16 @@ impl Connection {
     fn train_len(&self, index: usize) -> u8 {
         let p = &self.paths[index];
         let room = p.cwnd_room() / u64::from(p.mtu.max(1));
-        let max = u64::from(
+        room.min(self.configured_train_len()) as u8
+    }
+
+    /// `probe_train_len`, within what the Probe frame can number.
+    fn configured_train_len(&self) -> u64 {
+        u64::from(
             self.config
                 .probe_train_len
                 .clamp(2, crate::wire::MAX_PROBE_TRAIN),
-        );
-        room.min(max) as u8
+        )
     }
 
     /// Application bytes never sent yet that the peer's credit lets go (flow data, messages,

@@ -147,6 +147,7 @@ impl Pmtud {
         self.state = PmtuState::Searching;
         self.ceiling = u32::from(self.max) + 1;
         self.failures = 0;
+        self.recheck = None;
     }
 
     /// The next size to try: the ceiling first, then halfway between what works and what
@@ -157,7 +158,9 @@ impl Pmtud {
         {
             return None;
         }
-        if let Some((size, _)) = self.recheck {
+        // (A probe sent before the fall-back and acknowledged after it may have put the
+        // path above the size to recheck: then there is nothing to recheck.)
+        if let Some((size, _)) = self.recheck.filter(|r| u32::from(r.0) > current) {
             return Some(size);
         }
         if self.ceiling > u32::from(self.max) {
@@ -414,6 +417,27 @@ mod tests {
         p.on_probe_sent(40, 9000);
         p.on_probe_lost(40, 9000);
         assert_eq!(p.poll_probe(now), Some(5100));
+    }
+
+    #[test]
+    fn a_probe_acknowledged_after_a_fall_back_ends_the_recheck() {
+        let t0 = crate::cc::testing::epoch();
+        let mut p = Pmtud::new(true, 1452, 9000, Duration::from_secs(600));
+        p.current = 4000;
+        p.state = PmtuState::Searching;
+        p.on_probe_sent(3, 6500);
+        for i in 0..3 {
+            p.on_packet_lost(4000, t0 + Duration::from_millis(i));
+        }
+        p.on_packet_acked(1200, t0 + Duration::from_millis(5));
+        assert!(p.black_hole());
+        p.fall_back();
+        // The probe of 6 500 sent before the fall-back gets through.
+        assert_eq!(p.on_probe_acked(3, 6500), Some(6500));
+        assert_eq!(p.poll_probe(t0), None, "nothing to recheck below 6 500");
+        // The re-search timer's search starts afresh, at the maximum, not at 4 000.
+        let later = t0 + Duration::from_secs(601);
+        assert_eq!(p.poll_probe(later), Some(9000));
     }
 
     #[test]
