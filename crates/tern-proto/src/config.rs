@@ -142,16 +142,6 @@ pub struct ConnectionConfig {
     /// (`tern-sim/tests/packet_pair.rs`). Receiving and reporting trains does not depend on
     /// this.
     pub fast_start: bool,
-    /// A server also sends a short probe train just ahead of its IK handshake response, so
-    /// that a download starts at the measured rate one round trip earlier (PROTOCOL.md
-    /// §11.10; needs `fast_start`). Off by default: the train is three packets of about
-    /// 1 000 bytes (the anti-amplification limit), half a millisecond at 50 Mbit/s, and a
-    /// receiver must time each packet to a few tens of microseconds. The simulator does
-    /// (a 1 MB download on 50 Mbit/s, 100 ms completes in 1.01× the ideal time instead of
-    /// 1.28×); tern's runtime over a kernel socket on a shared 2-core VM, which times packets
-    /// as it reads them, read the first two together and gave no estimate (the path then
-    /// sends its usual first train, so the cost is three packets of padding).
-    pub handshake_train: bool,
     /// Packets per probe train (2..=64; at most what the congestion window has room for is
     /// sent, and no train below 4).
     pub probe_train_len: u8,
@@ -198,7 +188,6 @@ impl Default for ConnectionConfig {
             max_paths: crate::path::MAX_PATHS,
             qlog: false,
             fast_start: true,
-            handshake_train: false,
             probe_train_len: crate::path::probe::DEFAULT_TRAIN_LEN,
             confidentiality_limit: crate::crypto::DEFAULT_CONFIDENTIALITY_LIMIT,
             integrity_limit: crate::crypto::DEFAULT_INTEGRITY_LIMIT,

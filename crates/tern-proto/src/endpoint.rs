@@ -433,28 +433,12 @@ impl Endpoint {
         ecn: Option<EcnCodepoint>,
         data: &mut [u8],
     ) {
-        self.handle_arrived(now, now, local, remote, ecn, data);
-    }
-
-    /// [`handle_on`](Self::handle_on) for a datagram that reached this host at `arrived`
-    /// (the kernel's receive timestamp), before it was read at `now`. Packet-pair probe trains
-    /// are timed with it (PROTOCOL.md §11.10): a reader that wakes late after an idle spell
-    /// reads the first packets of a train together. Everything else uses `now`.
-    pub fn handle_arrived(
-        &mut self,
-        now: Instant,
-        arrived: Instant,
-        local: Option<std::net::IpAddr>,
-        remote: SocketAddr,
-        ecn: Option<EcnCodepoint>,
-        data: &mut [u8],
-    ) {
         let Some(&first) = data.first() else {
             self.stats.malformed += 1;
             return;
         };
         if first & 0x80 == 0 {
-            self.handle_short(now, arrived.min(now), local, remote, ecn, data);
+            self.handle_short(now, local, remote, ecn, data);
         } else {
             self.handle_long(now, local, remote, data);
         }
@@ -463,7 +447,6 @@ impl Endpoint {
     fn handle_short(
         &mut self,
         now: Instant,
-        arrived: Instant,
         local: Option<std::net::IpAddr>,
         remote: SocketAddr,
         ecn: Option<EcnCodepoint>,
@@ -480,7 +463,7 @@ impl Endpoint {
         match self.routes.get(&cid) {
             Some(&idx) => {
                 if let Some(conn) = self.connections[idx].as_mut() {
-                    conn.handle_short(now, arrived, remote, local, ecn, data);
+                    conn.handle_short(now, remote, local, ecn, data);
                     self.schedule.touch(idx);
                 }
                 self.announce_if_ready(idx);

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
@@ -392,9 +392,6 @@ pub(crate) struct Shared {
     /// (`try_lock`, never waiting while it holds `inner`) and sends at once itself
     /// ([`Shared::transmit_now`]), sparing the driver's wake-up on the way out.
     pub(crate) send: tokio::sync::Mutex<SendState>,
-    /// Connects under way that want the socket's receive timestamps (see
-    /// `endpoint::ReceiveTimestamps`).
-    pub(crate) timestamp_users: AtomicUsize,
 }
 
 /// Buffers of the sending side, shared by the driver and inline senders.
@@ -617,14 +614,9 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
                             continue;
                         }
                     }
-                    inner.proto.handle_arrived(
-                        now,
-                        meta.arrived.unwrap_or(now),
-                        meta.dst_ip,
-                        meta.addr,
-                        meta.ecn,
-                        datagram,
-                    );
+                    inner
+                        .proto
+                        .handle_on(now, meta.dst_ip, meta.addr, meta.ecn, datagram);
                 }
             }
             drop(guard);

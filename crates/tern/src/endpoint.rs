@@ -3,7 +3,6 @@
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 
@@ -29,32 +28,6 @@ pub enum ConnectError {
     /// The endpoint's socket failed.
     #[error("endpoint stopped: {0}")]
     EndpointStopped(String),
-}
-
-/// Receive timestamps on the endpoint's socket while at least one of these lives (one per
-/// connect under way on an endpoint that had no connection): a server may send a probe train
-/// just ahead of its handshake response (PROTOCOL.md §11.10), and a reader that wakes late
-/// after the idle wait for the response would read its first packets together. Only then:
-/// with timestamps on, the kernel socket loses ECN on coalesced receive batches (see
-/// `UdpSocket::set_receive_timestamps`), which an established connection's traffic would
-/// read as Not-ECT.
-struct ReceiveTimestamps<'a>(&'a Shared);
-
-impl<'a> ReceiveTimestamps<'a> {
-    fn on(shared: &'a Shared) -> Self {
-        if shared.timestamp_users.fetch_add(1, Ordering::AcqRel) == 0 {
-            shared.socket.set_receive_timestamps(true);
-        }
-        Self(shared)
-    }
-}
-
-impl Drop for ReceiveTimestamps<'_> {
-    fn drop(&mut self) {
-        if self.0.timestamp_users.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.socket.set_receive_timestamps(false);
-        }
-    }
 }
 
 /// A tern endpoint bound to a UDP socket: connects to servers and, if configured as a
@@ -310,7 +283,6 @@ impl Endpoint {
             forwarded: Mutex::new(Vec::new()),
             socket: Arc::from(socket),
             send: Default::default(),
-            timestamp_users: Default::default(),
         });
         tokio::spawn(driver::drive(shared.clone()));
         Ok(Self {
@@ -365,17 +337,12 @@ impl Endpoint {
         addr: SocketAddr,
         server_key: Option<PublicKey>,
     ) -> Result<Connection, ConnectError> {
-        let (id, alone) = {
+        let id = {
             let mut inner = self.shared.lock();
-            let alone = inner.proto.connection_count() == 0;
             let handle = inner.proto.connect(runtime::now(), addr, server_key)?;
-            (inner.register(handle), alone)
+            inner.register(handle)
         };
         let conn = Connection::new(self.shared.clone(), id);
-        // The socket times arrivals while the handshake is under way, for a server's
-        // handshake probe train (PROTOCOL.md §11.10), if no other connection's traffic could
-        // lose its ECN marks meanwhile.
-        let _timestamps = alone.then(|| ReceiveTimestamps::on(&self.shared));
         // The first message leaves from this task, as any command's packets do, not after
         // the driver is scheduled (often on the other core); the driver is still woken for
         // the handshake's timer.

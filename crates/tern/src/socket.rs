@@ -64,7 +64,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
 
 use quinn_udp::{EcnCodepoint as UdpEcn, UdpSockRef, UdpSocketState};
 use tern_proto::EcnCodepoint;
@@ -120,9 +119,6 @@ pub struct RecvMeta {
     pub ecn: Option<EcnCodepoint>,
     /// The local address the datagram was sent to, if known.
     pub dst_ip: Option<IpAddr>,
-    /// When the datagram reached the host (the kernel's receive timestamp), if the socket
-    /// records it (see [`AsyncUdpSocket::set_receive_timestamps`]).
-    pub arrived: Option<Instant>,
 }
 
 impl Default for RecvMeta {
@@ -133,7 +129,6 @@ impl Default for RecvMeta {
             stride: 0,
             ecn: None,
             dst_ip: None,
-            arrived: None,
         }
     }
 }
@@ -174,24 +169,6 @@ pub trait AsyncUdpSocket: Send + Sync + fmt::Debug + 'static {
     fn max_receive_segments(&self) -> usize {
         1
     }
-
-    /// Asks the socket to record when each datagram reaches the host
-    /// ([`RecvMeta::arrived`]), or to stop. tern asks while a connect's handshake is under
-    /// way, to time a server's handshake probe train (PROTOCOL.md §11.10). A socket that
-    /// cannot does nothing (the default).
-    fn set_receive_timestamps(&self, on: bool) {
-        let _ = on;
-    }
-}
-
-/// The instant a datagram stamped `stamp` (the kernel's wall-clock receive time) arrived,
-/// given the instant and wall-clock time it was read: at most a second earlier (a wall clock
-/// stepped meanwhile gives a wrong stamp; a datagram read a second late is timed by the read).
-fn arrival(now: Instant, wall: std::time::SystemTime, stamp: Duration) -> Option<Instant> {
-    let waited = wall
-        .duration_since(std::time::UNIX_EPOCH + stamp)
-        .unwrap_or(Duration::ZERO);
-    now.checked_sub(waited).filter(|_| waited <= Duration::from_secs(1))
 }
 
 fn to_udp_ecn(ecn: EcnCodepoint) -> UdpEcn {
@@ -431,7 +408,6 @@ impl AsyncUdpSocket for UdpSocket {
                         // arrives later signals again.
                         guard.clear_ready();
                     }
-                    let mut clocks = None;
                     for (out, m) in meta.iter_mut().zip(&udp_meta[..n]) {
                         *out = RecvMeta {
                             addr: m.addr,
@@ -439,12 +415,6 @@ impl AsyncUdpSocket for UdpSocket {
                             stride: m.stride,
                             ecn: m.ecn.map(from_udp_ecn),
                             dst_ip: m.dst_ip,
-                            arrived: m.timestamp.and_then(|t| {
-                                let (now, wall) = *clocks.get_or_insert_with(|| {
-                                    (Instant::now(), std::time::SystemTime::now())
-                                });
-                                arrival(now, wall, t)
-                            }),
                         };
                     }
                     return Poll::Ready(Ok(n));
@@ -456,19 +426,6 @@ impl AsyncUdpSocket for UdpSocket {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.io.get_ref().local_addr()
-    }
-
-    /// `SO_TIMESTAMPNS`. Off otherwise: quinn-udp reads control messages into 96 bytes, and
-    /// a GRO batch's timestamp, segment size, PKTINFO and TOS need 112, so the TOS byte (and
-    /// with it ECN) is cut from coalesced batches while timestamps are on.
-    fn set_receive_timestamps(&self, on: bool) {
-        if let Err(e) = nix::sys::socket::setsockopt(
-            self.io.get_ref(),
-            nix::sys::socket::sockopt::ReceiveTimestampns,
-            &on,
-        ) {
-            tracing::debug!("cannot set receive timestamps: {e}");
-        }
     }
 
     fn max_transmit_segments(&self) -> usize {
@@ -540,55 +497,5 @@ mod tests {
             }
         }
         assert_eq!(received, data);
-    }
-
-    #[tokio::test]
-    async fn receive_timestamps_time_each_datagram_only_while_asked_for() {
-        let a = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let b = UdpSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let mut storage = vec![0u8; 65_536];
-        for on in [true, false] {
-            b.set_receive_timestamps(on);
-            let sent_at = Instant::now();
-            let t = Transmit {
-                destination: b.local_addr().unwrap(),
-                src_ip: None,
-                ecn: None,
-                contents: &[7u8; 100],
-                segment_size: None,
-            };
-            std::future::poll_fn(|cx| a.poll_send(cx, &t))
-                .await
-                .unwrap();
-            // Read it a little later: the stamp says when it arrived, not when it was read.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let mut bufs = [IoSliceMut::new(&mut storage)];
-            let mut meta = [RecvMeta::default()];
-            let n = std::future::poll_fn(|cx| b.poll_recv(cx, &mut bufs, &mut meta))
-                .await
-                .unwrap();
-            assert_eq!(n, 1);
-            let read_at = Instant::now();
-            match meta[0].arrived {
-                Some(arrived) => {
-                    assert!(on, "no stamp once turned off");
-                    assert!(arrived <= read_at - Duration::from_millis(15), "{arrived:?}");
-                    // The wall clock and the monotonic one may differ by a tick.
-                    assert!(arrived + Duration::from_millis(2) >= sent_at);
-                }
-                None => assert!(!on, "stamped while on"),
-            }
-        }
-    }
-
-    #[test]
-    fn an_arrival_is_at_most_a_second_before_the_read() {
-        let now = Instant::now();
-        let wall = std::time::SystemTime::now();
-        let since = wall.duration_since(std::time::UNIX_EPOCH).unwrap();
-        let stamp = since - Duration::from_millis(3);
-        assert_eq!(arrival(now, wall, stamp), Some(now - Duration::from_millis(3)));
-        assert_eq!(arrival(now, wall, since + Duration::from_millis(5)), Some(now));
-        assert_eq!(arrival(now, wall, since - Duration::from_secs(2)), None);
     }
 }

@@ -247,11 +247,6 @@ const AVOIDANCE_PACING_GAIN: (u128, u128) = (5, 4);
 /// correct, and pacing at 1.25 × window / RTT spreads the first window over the round trip.
 pub const FAST_START_MARGIN: (u128, u128) = (1, 1);
 
-/// The share of the bandwidth-delay product a handshake train's rate starts a first slow
-/// start from (see `on_start_hint`): half, so that the 40 % overestimates a three-packet
-/// train gave over `tern-netem` stay below one BDP.
-pub const START_HINT_SHARE: (u128, u128) = (1, 2);
-
 /// The growth and reduction rules of one loss-based algorithm, plugged into [`Classic`].
 ///
 /// All sizes are in bytes. Implementations keep their own state (CUBIC's `W_max`, epoch) and
@@ -869,33 +864,6 @@ impl<A: WindowAdjustment> Controller for Classic<A> {
         self.last_smoothed_rtt = Some(rtt.smoothed());
         // Growth in congestion avoidance starts from here, not from an earlier epoch.
         self.adjustment.on_app_limited(now);
-    }
-
-    /// The handshake's probe train: a first slow start starts from half the bandwidth-delay
-    /// product it shows ([`START_HINT_SHARE`]), if that is above the initial window, and goes
-    /// on (the path's first train, a round trip later, ends it). An estimate 40 % high
-    /// starts at 0.7 BDP, an overshoot no larger than slow start's own; one too low changes
-    /// nothing.
-    fn on_start_hint(&mut self, bytes_per_second: u64, rtt: &RttEstimator) {
-        let Some(min_rtt) = rtt.min().filter(|r| !r.is_zero()) else {
-            return;
-        };
-        if self.ssthresh != u64::MAX {
-            return;
-        }
-        let (num, den) = START_HINT_SHARE;
-        let bdp = u128::from(bytes_per_second) * min_rtt.as_nanos() * num / (den * 1_000_000_000);
-        let start = u64::try_from(bdp).unwrap_or(MAX_WINDOW).min(MAX_WINDOW);
-        if start > self.window {
-            debug!(
-                path = self.path_id,
-                bytes_per_second,
-                from = self.window,
-                to = start,
-                "slow start from the handshake train's rate"
-            );
-            self.window = start;
-        }
     }
 
     fn on_mtu_update(&mut self, max_datagram_size: u16) {

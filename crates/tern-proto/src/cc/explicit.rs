@@ -617,10 +617,6 @@ impl Controller for Explicit {
         self.mss = u64::from(max_datagram_size).max(1);
     }
 
-    fn on_start_hint(&mut self, bytes_per_second: u64, rtt: &RttEstimator) {
-        self.fallback.on_start_hint(bytes_per_second, rtt);
-    }
-
     fn on_rate_estimate(&mut self, now: Instant, bytes_per_second: u64, rtt: &RttEstimator) {
         self.fallback.on_rate_estimate(now, bytes_per_second, rtt);
         self.rtt = Some(rtt.clone());

@@ -232,15 +232,6 @@ pub trait Controller: Send + fmt::Debug {
         let _ = (now, bytes_per_second, rtt);
     }
 
-    /// A rough rate, in bytes per second, measured before the path carried anything: the
-    /// three-packet probe train a server sends with its handshake response (PROTOCOL.md
-    /// §11.10). Too few packets to end slow start on (jitter and one late packet move it by
-    /// tens of percent either way); a controller may start its first slow start from a part
-    /// of it. Ignored by default.
-    fn on_start_hint(&mut self, bytes_per_second: u64, rtt: &RttEstimator) {
-        let _ = (bytes_per_second, rtt);
-    }
-
     /// Whether the connection should put the explicit-rate area (PROTOCOL.md §4.8: expected
     /// rate, feedback rate) on every short-header packet of this path, so that tern routers
     /// can stamp their rate into it (F12). Costs 8 bytes per packet; `false` by default.

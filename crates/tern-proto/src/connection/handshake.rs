@@ -45,24 +45,6 @@ pub(crate) struct HandshakeState {
     pub(crate) refusals: u32,
     /// Flow data carried in the first flight, acknowledged implicitly by the response.
     pub(crate) first_flight: crate::recovery::SentFrames,
-    /// Protected packets that arrived before the response (a server's handshake probe train
-    /// goes just ahead of it, §11.10), with when they arrived: opened once the keys exist,
-    /// the train timed by its arrivals, not behind the response's Noise work. At most
-    /// [`MAX_EARLY_PACKETS`].
-    pub(crate) early_packets: Vec<EarlyPacket>,
-}
-
-/// Most protected packets a client keeps while it waits for the handshake's response.
-pub(crate) const MAX_EARLY_PACKETS: usize = crate::path::probe::DEFAULT_TRAIN_LEN as usize;
-
-/// A protected packet kept until the keys to open it exist, and how it arrived.
-#[derive(Debug)]
-pub(crate) struct EarlyPacket {
-    pub(crate) arrived: Instant,
-    pub(crate) remote: SocketAddr,
-    pub(crate) local: Option<std::net::IpAddr>,
-    pub(crate) ecn: Option<crate::recovery::EcnCodepoint>,
-    pub(crate) data: Vec<u8>,
 }
 
 /// A handshake datagram that is resent until the handshake is confirmed.
@@ -271,17 +253,7 @@ impl Connection {
         flight.first_sent.get_or_insert(now);
         flight.sends += 1;
         buf.extend_from_slice(&flight.datagram);
-        let len = flight.datagram.len();
-        if flight.sends > 1 && self.side == Side::Server {
-            // A server's packets sent before its response (a handshake probe train, §11.10)
-            // can be opened, and so acknowledged, only after the client has the response:
-            // count them as sent with this copy (Karn), or their acknowledgement would be
-            // the first RTT sample, a retransmission timeout too long.
-            for p in self.paths[0].sent.packets.values_mut() {
-                p.time = p.time.max(now);
-            }
-        }
-        Some(len)
+        Some(flight.datagram.len())
     }
 
     /// A long-header packet arrived for this connection.
@@ -319,7 +291,6 @@ impl Connection {
         }
         hs.retries += 1;
         hs.token = token.to_vec();
-        hs.early_packets.clear();
         self.rebuild_initial();
     }
 
@@ -426,9 +397,6 @@ impl Connection {
         self.paths[0].validated = true;
         self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
-        for mut p in hs.early_packets {
-            self.open_short(now, p.arrived, p.remote, p.local, p.ecn, &mut p.data);
-        }
         Ok(())
     }
 
@@ -471,8 +439,9 @@ impl Connection {
 
     /// The peer proved it owns its address (decrypted packet or msg3) at `now`. A server's
     /// response was answered: the path's first RTT sample, if it went once (Karn). The client
-    /// answers at once (its first protected packet, or msg3), so the sample is the path's;
-    /// the server's first rate estimate, often in the next packet (§11.10), needs it.
+    /// answers at once (its first protected packet, or msg3), so the sample is the path's,
+    /// and pacing, probe timers and a first rate estimate (§11.10) start from it rather than
+    /// from the configured initial RTT.
     pub(crate) fn on_address_validated(&mut self, now: Instant) {
         self.paths[0].validated = true;
         if self.side == Side::Server {

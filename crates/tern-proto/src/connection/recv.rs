@@ -18,12 +18,11 @@ pub(crate) type FrameError = (TransportErrorCode, &'static str);
 
 impl Connection {
     /// A short-header datagram arrived for this connection from `remote` to our `local`
-    /// address (if known), with the ECN codepoint of its IP header; it reached the host at
-    /// `arrived` (≤ `now`, for probe trains). `data` is decrypted in place.
+    /// address (if known), with the ECN codepoint of its IP header. `data` is decrypted in
+    /// place.
     pub(crate) fn handle_short(
         &mut self,
         now: Instant,
-        arrived: Instant,
         remote: SocketAddr,
         local: Option<IpAddr>,
         ecn: Option<EcnCodepoint>,
@@ -31,38 +30,6 @@ impl Connection {
     ) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += data.len() as u64;
-        if let State::Handshake(hs) = &mut self.state {
-            // A client without keys yet: a server's handshake probe train, just ahead of its
-            // response, is kept to be opened and timed after it (§11.10); a few datagrams of
-            // at most our datagram size.
-            if self.side == Side::Client
-                && remote == self.paths[0].remote
-                && hs.early_packets.len() < super::handshake::MAX_EARLY_PACKETS
-                && data.len() <= usize::from(self.config.max_datagram_size)
-            {
-                hs.early_packets.push(super::handshake::EarlyPacket {
-                    arrived,
-                    remote,
-                    local,
-                    ecn,
-                    data: data.to_vec(),
-                });
-            }
-            return;
-        }
-        self.open_short(now, arrived, remote, local, ecn, data);
-    }
-
-    /// Opens and handles a short-header datagram, counted already (see `handle_short`).
-    pub(crate) fn open_short(
-        &mut self,
-        now: Instant,
-        arrived: Instant,
-        remote: SocketAddr,
-        local: Option<IpAddr>,
-        ecn: Option<EcnCodepoint>,
-        data: &mut [u8],
-    ) {
         let datagram_len = data.len() as u64;
         if matches!(self.state, State::Drained) {
             return;
@@ -210,7 +177,7 @@ impl Connection {
             match self.probe_seen.take() {
                 Some((train, position, count)) => {
                     let size = u32::try_from(datagram_len).unwrap_or(u32::MAX);
-                    rx.on_probe(arrived, train, position, count, size);
+                    rx.on_probe(now, train, position, count, size);
                 }
                 None => rx.on_other_packet(),
             }
@@ -679,20 +646,7 @@ impl Connection {
             return;
         };
         let path = &mut self.paths[index];
-        if !path.probe_tx.take_report(train) {
-            return;
-        }
-        if std::mem::take(&mut path.probe_tx.during_handshake) {
-            // Three packets: a hint for the first slow start, not the path's first train,
-            // which still goes with its first data (PROTOCOL.md §11.10).
-            path.probe_tx.probed = false;
-            if rate > 0 {
-                path.cc.on_start_hint(rate, &path.rtt);
-                self.stats.rate_estimates += 1;
-            }
-            return;
-        }
-        if rate == 0 {
+        if !path.probe_tx.take_report(train) || rate == 0 {
             return;
         }
         // Bound (PROTOCOL.md §11.10): once the path has left its first slow start, its

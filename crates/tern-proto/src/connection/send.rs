@@ -35,10 +35,6 @@ const FLOW_FRAME_OVERHEAD: usize = 1 + 8 + 8 + 4;
 /// amplification limit allows), so that validating a path also proves it carries them.
 const PATH_PROBE_SIZE: usize = 1200;
 
-/// Smallest packet of a train sent during the handshake: smaller ones cross a bottleneck so
-/// fast that timer and scheduling noise would swamp their spacing.
-const MIN_HANDSHAKE_TRAIN_PACKET: u64 = 1000;
-
 /// Most redundant copies waiting for their paths; the oldest are dropped beyond (a copy that
 /// waits long has lost its point: the original has arrived or been resent).
 const MAX_PENDING_COPIES: usize = 64;
@@ -77,11 +73,6 @@ impl Connection {
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         if matches!(self.state, State::Drained) {
             return None;
-        }
-        if self.side == crate::Side::Server && !self.confirmed {
-            if let Some(t) = self.poll_handshake_train(now, buf) {
-                return Some(t);
-            }
         }
         if let Some(size) = self.poll_flight(now, buf) {
             return Some(self.sent_datagram(now, 0, size, None, true));
@@ -153,8 +144,7 @@ impl Connection {
         if self.has_sendable_data() {
             if let Some(index) = self.schedule(now) {
                 if let Some(count) = self.wants_train(now, index) {
-                    let size = self.paths[index].mtu;
-                    self.paths[index].probe_tx.start(count, size);
+                    self.paths[index].probe_tx.start(count);
                     self.stats.probe_trains_sent += 1;
                     if let Some(t) = self.send_train_packet(now, buf, index) {
                         return Some(t);
@@ -218,79 +208,14 @@ impl Connection {
         index: usize,
     ) -> Option<Transmit> {
         let path = &self.paths[index];
-        let size = u64::from(path.probe_tx.packet_size().unwrap_or(path.mtu));
-        // A handshake train goes before the client's address is proven, within the limit.
-        let usable = path.usable() || path.probe_tx.during_handshake;
-        if usable && path.cwnd_room() >= size && path.amplification_budget() >= size {
+        let mtu = u64::from(path.mtu);
+        if path.usable() && path.cwnd_room() >= mtu && path.amplification_budget() >= mtu {
             if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
                 return Some(self.sent_datagram(now, index, size, ecn, false));
             }
         }
         self.paths[index].probe_tx.abort(now);
         None
-    }
-
-    /// Server, before the client has answered: the packets of the handshake probe train
-    /// (started here when due), which go just ahead of the response.
-    fn poll_handshake_train(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        if self.paths[0].probe_tx.last_train == 0 {
-            self.start_handshake_train();
-        }
-        let tx = &self.paths[0].probe_tx;
-        if !tx.during_handshake || tx.sending.is_none() {
-            return None;
-        }
-        self.send_train_packet(now, buf, 0)
-    }
-
-    /// Server, IK (the only handshake that leaves it established before it is confirmed):
-    /// the first path's first probe train, sent just ahead of the response (PROTOCOL.md
-    /// §11.10). The client keeps the packets until the response gives it the keys (timing
-    /// them as they arrive, while it has nothing else to do) and its first packet reports the
-    /// rate, so that the server's first reply starts at it rather than one round trip later.
-    /// Before the client's address is proven the train must fit, with the response and a
-    /// second copy of it, in three times what the client sent: usually three packets of
-    /// about 1 000 bytes.
-    fn start_handshake_train(&mut self) {
-        use crate::path::probe::MIN_ARRIVALS;
-        let Some(flight) = self.flight.as_ref() else {
-            return;
-        };
-        let due = self.config.fast_start
-            && self.config.handshake_train
-            && flight.sends == 0
-            && flight.send_now
-            && matches!(self.state, State::Established)
-            && self.keys.is_some();
-        if !due {
-            return;
-        }
-        let response = flight.datagram.len() as u64;
-        let path = &self.paths[0];
-        if path.state != crate::path::PathState::Active {
-            return;
-        }
-        let room = path
-            .amplification_budget()
-            .saturating_sub(2 * response)
-            .min(path.cwnd_room());
-        let mtu = u64::from(path.mtu.max(1));
-        // No more than the client keeps before it has keys.
-        let wanted = self
-            .configured_train_len()
-            .min(super::handshake::MAX_EARLY_PACKETS as u64);
-        let arrivals = MIN_ARRIVALS as u64;
-        let (count, size) = if (room / mtu).min(wanted) >= arrivals {
-            ((room / mtu).min(wanted), mtu)
-        } else {
-            (arrivals, room / arrivals)
-        };
-        if size < MIN_HANDSHAKE_TRAIN_PACKET {
-            return;
-        }
-        let (count, size) = (count as u8, size as u16);
-        self.paths[0].probe_tx.start_during_handshake(count, size);
-        self.stats.probe_trains_sent += 1;
     }
 
     /// How many packets of probe train path `index`, which the scheduler picked for data,
@@ -301,8 +226,7 @@ impl Connection {
     /// - (a) it has not probed since it started (or moved to another network path) and is
     ///   still in its first slow start, or
     /// - (b) it has been idle (nothing in flight, nothing ack-eliciting sent) for at least a
-    ///   smoothed RTT, and its latest estimate is older than that (a handshake train's
-    ///   report arrives just before the first data),
+    ///   smoothed RTT,
     ///
     /// and enough application data waits to fill at least half of the train. A first train
     /// is padded to its full length (the first estimate is worth it); a restart train is as
@@ -327,14 +251,10 @@ impl Connection {
             return None;
         }
         let first = !p.probe_tx.probed && p.cc.metrics().ssthresh.is_none();
-        let srtt = p.rtt.smoothed();
         let idle = p.sent.bytes_in_flight == 0
             && p.sent
                 .time_of_last_ack_eliciting
-                .is_some_and(|t| now.saturating_duration_since(t) >= srtt)
-            && p.probe_tx
-                .estimate
-                .is_none_or(|(_, at)| now.saturating_duration_since(at) >= srtt);
+                .is_some_and(|t| now.saturating_duration_since(t) >= p.rtt.smoothed());
         if !(first || idle) {
             return None;
         }
@@ -361,16 +281,12 @@ impl Connection {
     fn train_len(&self, index: usize) -> u8 {
         let p = &self.paths[index];
         let room = p.cwnd_room() / u64::from(p.mtu.max(1));
-        room.min(self.configured_train_len()) as u8
-    }
-
-    /// `probe_train_len`, within what the Probe frame can number.
-    fn configured_train_len(&self) -> u64 {
-        u64::from(
+        let max = u64::from(
             self.config
                 .probe_train_len
                 .clamp(2, crate::wire::MAX_PROBE_TRAIN),
-        )
+        );
+        room.min(max) as u8
     }
 
     /// Application bytes never sent yet that the peer's credit lets go (flow data, messages,
@@ -568,11 +484,6 @@ impl Connection {
             return None;
         }
         let mtu = mtu.min(budget as usize);
-        // A probe train's packets all have its size, whatever they carry.
-        let mtu = match path.probe_tx.packet_size() {
-            Some(size) if purpose == Purpose::Data => mtu.min(usize::from(size)),
-            _ => mtu,
-        };
         let path_work = purpose == Purpose::PathWork;
         let probing = path_work && path.probes > 0;
         // The second probe timeout in a row probes at the base size: if it gets through while
