@@ -428,7 +428,7 @@ impl Connection {
         self.peer_key = noise.remote_static();
         self.state = State::Established;
         self.install_keys();
-        self.on_address_validated(now);
+        self.on_address_validated();
         self.handshake_done_pending = true;
         self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
@@ -437,20 +437,24 @@ impl Connection {
         Ok(())
     }
 
-    /// The peer proved it owns its address (decrypted packet or msg3) at `now`. A server's
-    /// response was answered: the path's first RTT sample, if it went once (Karn). The client
-    /// answers at once (its first protected packet, or msg3), so the sample is the path's,
-    /// and pacing, probe timers and a first rate estimate (§11.10) start from it rather than
-    /// from the configured initial RTT.
-    pub(crate) fn on_address_validated(&mut self, now: Instant) {
+    /// The peer proved it owns its address (decrypted packet or msg3).
+    pub(crate) fn on_address_validated(&mut self) {
         self.paths[0].validated = true;
         if self.side == Side::Server {
-            let sample = self.flight.as_ref().and_then(|f| f.rtt_sample(now));
-            if let Some(sample) = sample.filter(|_| !self.paths[0].rtt.has_sample()) {
-                self.paths[0].rtt.update(Duration::ZERO, sample);
-            }
             self.confirmed = true;
             self.flight = None;
+        }
+    }
+
+    /// Server, IK: the client's packet number 0 on the first path, which it sends as soon as
+    /// it reads our response, arrived at `now`: the path's first RTT sample, if the response
+    /// went once (Karn; a later packet number may be a resend after a loss, whose timer would
+    /// be in the sample). Pacing and probe timers of the first data start from it rather
+    /// than from the configured initial RTT.
+    pub(crate) fn on_response_answered(&mut self, now: Instant) {
+        let sample = self.flight.as_ref().and_then(|f| f.rtt_sample(now));
+        if let Some(sample) = sample.filter(|_| !self.paths[0].rtt.has_sample()) {
+            self.paths[0].rtt.update(Duration::ZERO, sample);
         }
     }
 

@@ -132,7 +132,10 @@ impl Connection {
         self.restart_idle_timer(now);
         if index == 0 && self.side == Side::Server && !self.confirmed && remote == handshake_address
         {
-            self.on_address_validated(now);
+            if pn == 0 {
+                self.on_response_answered(now);
+            }
+            self.on_address_validated();
         }
         if self.side == Side::Server && self.announce.is_unproven() {
             // Only the client that wrote the first flight has these keys: it is live, not a

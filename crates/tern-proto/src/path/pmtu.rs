@@ -158,9 +158,7 @@ impl Pmtud {
         {
             return None;
         }
-        // (A probe sent before the fall-back and acknowledged after it may have put the
-        // path above the size to recheck: then there is nothing to recheck.)
-        if let Some((size, _)) = self.recheck.filter(|r| u32::from(r.0) > current) {
+        if let Some((size, _)) = self.recheck {
             return Some(size);
         }
         if self.ceiling > u32::from(self.max) {
@@ -188,8 +186,9 @@ impl Pmtud {
         if self.state != PmtuState::Searching || size <= self.current {
             return None;
         }
-        if let Some((_, ceiling)) = self.recheck.filter(|r| r.0 == size) {
-            // No black hole after all: the search goes on where it was.
+        // The size that failed, or more (a probe sent before the fall-back), got through:
+        // no black hole after all, and the search goes on where it was.
+        if let Some((_, ceiling)) = self.recheck.filter(|r| size >= r.0) {
             self.recheck = None;
             self.ceiling = ceiling;
         }
@@ -432,12 +431,11 @@ mod tests {
         p.on_packet_acked(1200, t0 + Duration::from_millis(5));
         assert!(p.black_hole());
         p.fall_back();
-        // The probe of 6 500 sent before the fall-back gets through.
+        // The probe of 6 500 sent before the fall-back gets through: no black hole, and the
+        // search goes on upwards from there, not stuck below the 4 001 ceiling of the
+        // recheck (nor probing 4 000 again).
         assert_eq!(p.on_probe_acked(3, 6500), Some(6500));
-        assert_eq!(p.poll_probe(t0), None, "nothing to recheck below 6 500");
-        // The re-search timer's search starts afresh, at the maximum, not at 4 000.
-        let later = t0 + Duration::from_secs(601);
-        assert_eq!(p.poll_probe(later), Some(9000));
+        assert_eq!(p.poll_probe(t0), Some(9000));
     }
 
     #[test]
