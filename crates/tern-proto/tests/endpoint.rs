@@ -1887,10 +1887,16 @@ fn handshakes_prepared_ahead_complete_and_each_uses_what_was_made_for_it() {
 
 /// An IK server's first RTT sample is its response's round trip (PROTOCOL.md §7.4), before
 /// any data: the client answers message 2 at once with its packet number 0. A response sent
-/// twice gives none (Karn), nor does XX's message 3 (a resent one cannot be told apart).
+/// twice gives none (Karn), nor does a later answer (the first lost: the resend carries the
+/// client's timer), nor XX's message 3 (a resent one cannot be told apart).
 #[test]
 fn the_server_measures_its_first_rtt_from_its_response() {
-    for (ik, lose_response) in [(true, false), (true, true), (false, false)] {
+    for (ik, lose_response, lose_answer) in [
+        (true, false, false),
+        (true, true, false),
+        (true, false, true),
+        (false, false, false),
+    ] {
         let mut pair = Pair::new(config(1, false), config(2, true));
         let (c, s): (SocketAddr, SocketAddr) = (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
         let one_way = Duration::from_millis(20);
@@ -1922,16 +1928,31 @@ fn the_server_measures_its_first_rtt_from_its_response() {
         while let Some(t) = pair.client.poll_transmit(now, &mut buf) {
             answers.push(buf[buf.len() - t.size..].to_vec());
         }
+        if lose_answer {
+            // Lost: the client says it again when its probe timer fires.
+            now = pair.client.poll_timeout().expect("the client's timer");
+            pair.client.handle_timeout(now);
+            answers.clear();
+            buf.clear();
+            while let Some(t) = pair.client.poll_transmit(now, &mut buf) {
+                answers.push(buf[buf.len() - t.size..].to_vec());
+            }
+            assert!(!answers.is_empty(), "the client answers again");
+        }
         now += one_way;
         for mut a in answers {
             pair.server.handle(now, c, None, &mut a);
         }
         let h = pair.server.accept().expect("the client proved it is live");
         let rtt = pair.server.connection(h).unwrap().stats().min_rtt;
-        if ik && !lose_response {
+        if ik && !lose_response && !lose_answer {
             assert_eq!(rtt, 2 * one_way);
         } else {
-            assert_eq!(rtt, Duration::ZERO, "ik {ik}: no sample: {rtt:?}");
+            assert_eq!(
+                rtt,
+                Duration::ZERO,
+                "ik {ik}, response lost {lose_response}, answer lost {lose_answer}: {rtt:?}"
+            );
         }
     }
 }
