@@ -69,11 +69,21 @@ fn estimate_is_within_ten_percent_of_the_link_rate() {
     }
 }
 
+/// The `startup` transfer (DESIGN.md §4): 1 MB on 50 Mbit/s with a 100 ms RTT.
+const SIZE: u64 = 1_000_000;
+/// See [`SIZE`].
+const RATE: u64 = 50_000_000;
+
+/// Its ideal completion: the handshake's RTT, size / rate, and one RTT more (the first
+/// packet to the sender, or the last byte to the receiver and its acknowledgement back).
+fn startup_ideal() -> Duration {
+    let rtt = Duration::from_millis(100);
+    rtt + Duration::from_secs_f64(SIZE as f64 * 8.0 / RATE as f64) + rtt
+}
+
 /// Completion of a 1 MB transfer on 50 Mbit/s, 100 ms RTT, a queue of one BDP, and its ratio
 /// to the ideal (handshake RTT + size / C + one RTT for the last acknowledgement).
 fn startup(seed: u64, fast_start: bool) -> (Duration, f64) {
-    const SIZE: u64 = 1_000_000;
-    const RATE: u64 = 50_000_000;
     let link = LinkConfig::new(RATE, Duration::from_millis(50));
     let mut t = Transfer::new(seed, link, vec![SIZE]);
     if !fast_start {
@@ -86,8 +96,7 @@ fn startup(seed: u64, fast_start: bool) -> (Duration, f64) {
         .expect("transfer completes");
     assert_eq!(sim.server().app.corrupt, None);
     assert_eq!(sim.server().app.total(), SIZE);
-    let rtt = Duration::from_millis(100);
-    let ideal = rtt + Duration::from_secs_f64(SIZE as f64 * 8.0 / RATE as f64) + rtt;
+    let ideal = startup_ideal();
     let stats = sim
         .client()
         .endpoint
@@ -121,8 +130,6 @@ fn one_megabyte_at_fifty_megabit_completes_within_1_3_ideal() {
 /// the client's first packet to the server, the last byte back), with the server's
 /// connection statistics.
 fn download(seed: u64, configure: fn(&mut EndpointConfig)) -> (f64, tern_proto::ConnectionStats) {
-    const SIZE: u64 = 1_000_000;
-    const RATE: u64 = 50_000_000;
     let server_addr: SocketAddr = SERVER_ADDR.parse().unwrap();
     let client_addr: SocketAddr = CLIENT_ADDR.parse().unwrap();
     let mut sim: Simulation<PairHost<Downloader, FlowServer>> = Simulation::new(seed);
@@ -160,12 +167,10 @@ fn download(seed: u64, configure: fn(&mut EndpointConfig)) -> (f64, tern_proto::
     assert_eq!(n.app.corrupt, None);
     assert_eq!(n.app.received, SIZE);
     let took = n.app.finished_at.expect("finished") - start;
-    let rtt = Duration::from_millis(100);
-    let ideal = rtt + Duration::from_secs_f64(SIZE as f64 * 8.0 / RATE as f64) + rtt;
+    let ideal = startup_ideal();
     let ratio = took.as_secs_f64() / ideal.as_secs_f64();
-    let server = match sim.node(sim.owner(server_addr.ip()).unwrap()) {
-        PairHost::Server(s) => s,
-        PairHost::Client(_) => unreachable!(),
+    let PairHost::Server(server) = sim.node(sim.owner(server_addr.ip()).unwrap()) else {
+        unreachable!()
     };
     let sh = server.endpoint.handles().next().unwrap();
     let sstats = server.endpoint.connection(sh).unwrap().stats();

@@ -1068,7 +1068,8 @@ impl Connection {
         consider(self.idle_deadline);
         if self.keys.is_some() {
             let sendable = self.has_sendable_data();
-            let lone = self.one_usable_path();
+            // The tail-loss probe waits only while nothing may be sent.
+            let lone = !sendable && self.one_usable_path();
             for path in &self.paths {
                 consider(self.loss_timer(path));
                 if !sendable {
