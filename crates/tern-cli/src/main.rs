@@ -43,6 +43,12 @@ struct Cli {
     /// packets, RTT, congestion window, pacing rate and state. Also: TERN_QLOG_DIR.
     #[arg(long, global = true)]
     qlog: Option<PathBuf>,
+    /// A probe train with the handshake (PROTOCOL.md §4.3, §11.10): a client with --server-key pads
+    /// its first flight (about 5.8 kB) so that the server may send its first probe train right
+    /// behind its response, and a download starts at the measured rate a round trip earlier;
+    /// a server answers such padding with a train. Worth it before a large download only.
+    #[arg(long, global = true)]
+    handshake_train: bool,
 }
 
 #[derive(Subcommand)]
@@ -182,6 +188,7 @@ fn main() -> ExitCode {
         cc: cli.cc,
         no_loss_tolerance: cli.no_loss_tolerance,
         qlog: cli.qlog.clone(),
+        handshake_train: cli.handshake_train,
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

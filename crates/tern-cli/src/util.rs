@@ -21,6 +21,9 @@ pub(crate) struct Globals {
     pub(crate) no_loss_tolerance: bool,
     /// `--qlog DIR`: write a qlog file per connection there.
     pub(crate) qlog: Option<std::path::PathBuf>,
+    /// `--handshake-train`: ask for (client) or answer with (server) a probe train with the
+    /// handshake.
+    pub(crate) handshake_train: bool,
 }
 
 static GLOBALS: std::sync::OnceLock<Globals> = std::sync::OnceLock::new();
@@ -61,6 +64,7 @@ pub(crate) fn has_loss_tolerance(cc: tern::cc::Algorithm) -> bool {
 fn builder(pair: StaticKeypair, new: bool) -> tern::EndpointBuilder {
     let b = Endpoint::builder(pair).configure(|c| {
         c.connection.congestion = congestion();
+        c.connection.handshake_train = GLOBALS.get().is_some_and(|g| g.handshake_train);
         c.first_flight.trust_start = new;
     });
     match GLOBALS.get().and_then(|g| g.qlog.clone()) {

@@ -142,6 +142,15 @@ pub struct ConnectionConfig {
     /// (`tern-sim/tests/packet_pair.rs`). Receiving and reporting trains does not depend on
     /// this.
     pub fast_start: bool,
+    /// A probe train with the handshake (PROTOCOL.md §4.3, §11.10; needs `fast_start`), so
+    /// that a download starts at the measured rate one round trip earlier. A client (IK only)
+    /// sends a few padding Initials right behind its first Initial (about 5.8 kB with
+    /// 1 452-byte datagrams), which gives the server's anti-amplification budget room for a
+    /// whole train; a server then sends its path's first train (`probe_train_len` full-size
+    /// packets, padding while it has no data) right behind its response, and the client's
+    /// first packets report the rate. Off by default: it costs the client's padding and the
+    /// server's train on every connection, which a short exchange never gains back.
+    pub handshake_train: bool,
     /// Packets per probe train (2..=64; at most what the congestion window has room for is
     /// sent, and no train below 4).
     pub probe_train_len: u8,
@@ -188,6 +197,7 @@ impl Default for ConnectionConfig {
             max_paths: crate::path::MAX_PATHS,
             qlog: false,
             fast_start: true,
+            handshake_train: false,
             probe_train_len: crate::path::probe::DEFAULT_TRAIN_LEN,
             confidentiality_limit: crate::crypto::DEFAULT_CONFIDENTIALITY_LIMIT,
             integrity_limit: crate::crypto::DEFAULT_INTEGRITY_LIMIT,

@@ -463,7 +463,7 @@ impl Endpoint {
         match self.routes.get(&cid) {
             Some(&idx) => {
                 if let Some(conn) = self.connections[idx].as_mut() {
-                    conn.handle_short(now, remote, local, ecn, data);
+                    conn.handle_short(now, now, remote, local, ecn, data);
                     self.schedule.touch(idx);
                 }
                 self.announce_if_ready(idx);
@@ -563,6 +563,27 @@ impl Endpoint {
                 return;
             }
         };
+        let padding =
+            packet.ty == wire::LongType::Initial && packet.payload == [handshake::PATTERN_PADDING];
+        if padding {
+            // A client's first-flight padding (§4.3): it raises the anti-amplification budget
+            // of the handshake it belongs to, from that handshake's address only, and never
+            // creates, moves or replaces a connection.
+            match self.routes.get(&packet.dcid) {
+                Some(&idx) => {
+                    if let Some(conn) = self.connections[idx].as_mut() {
+                        conn.stats.datagrams_received += 1;
+                        conn.stats.bytes_received += len as u64;
+                        if conn.paths[0].remote == remote && !conn.paths[0].validated {
+                            conn.paths[0].bytes_received += len as u64;
+                            self.schedule.touch(idx);
+                        }
+                    }
+                }
+                None => self.stats.unroutable += 1,
+            }
+            return;
+        }
         if let Some(&idx) = self.routes.get(&packet.dcid) {
             if self.is_damaged_first_message(idx, &packet) {
                 // XX's first message is not authenticated: if the copy we built the

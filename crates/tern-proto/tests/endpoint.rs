@@ -1956,3 +1956,153 @@ fn the_server_measures_its_first_rtt_from_its_response() {
         }
     }
 }
+
+/// A client that asks for a handshake probe train (`handshake_train`, PROTOCOL.md §4.3, §11.10) pads
+/// its first flight; the server sends a whole train of full-size packets right behind its
+/// response, within three times what it received, and the client's first packets report the
+/// rate the train's arrivals show. A client that does not pad gets no train, and padding that
+/// reaches a server before any Initial (or from another address) changes nothing.
+#[test]
+fn a_padded_first_flight_buys_a_handshake_train() {
+    for asked in [true, false] {
+        let mut client_cfg = config(1, false);
+        client_cfg.connection.handshake_train = asked;
+        let mut server_cfg = config(2, true);
+        server_cfg.connection.handshake_train = true;
+        let mut pair = Pair::new(client_cfg, server_cfg);
+        let (c, s): (SocketAddr, SocketAddr) = (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
+        let one_way = Duration::from_millis(20);
+        let t0 = pair.now;
+        pair.client
+            .connect(t0, s, Some(pair.server.public_key()))
+            .unwrap();
+        let mut out = Vec::new();
+        let mut first_flight = Vec::new();
+        while let Some(t) = pair.client.poll_transmit(t0, &mut out) {
+            first_flight.push(out[out.len() - t.size..].to_vec());
+        }
+        let padding = &first_flight[1..];
+        if asked {
+            assert_eq!(padding.len(), 4, "Initial and padding, 1 452 bytes each");
+            for p in padding {
+                assert!(p.len() >= 1200 && p[0] & 0xb0 == 0x80, "a padding Initial");
+            }
+            // Padding ahead of its Initial, or from elsewhere, finds no handshake to raise.
+            let other: SocketAddr = "192.0.2.99:4433".parse().unwrap();
+            pair.server.handle(t0, other, None, &mut padding[0].clone());
+            pair.server.handle(t0, c, None, &mut padding[0].clone());
+            assert_eq!(pair.server.stats().unroutable, 2);
+        } else {
+            assert!(padding.is_empty(), "no padding unless asked");
+        }
+        let t1 = t0 + one_way;
+        for d in &first_flight {
+            pair.server.handle(t1, c, None, &mut d.clone());
+        }
+        let mut flight = Vec::new();
+        out.clear();
+        while let Some(t) = pair.server.poll_transmit(t1, &mut out) {
+            flight.push(out[out.len() - t.size..].to_vec());
+        }
+        let short = |d: &Vec<u8>| d[0] & 0x80 == 0;
+        assert!(!short(&flight[0]), "the response goes first");
+        let received: usize = first_flight.iter().map(Vec::len).sum();
+        let sent: usize = flight.iter().map(Vec::len).sum();
+        assert!(sent <= 3 * received, "{sent} bytes sent for {received}");
+        let train = &flight[1..];
+        if !asked {
+            assert!(train.is_empty(), "no train without the client's padding");
+            continue;
+        }
+        assert_eq!(train.len(), 10, "a whole train");
+        assert!(train.iter().all(|p| short(p) && p.len() == train[0].len()));
+        // 1 452-byte packets 232 µs apart: 50 Mbit/s.
+        let t2 = t1 + one_way;
+        pair.client.handle(t2, s, None, &mut flight[0].clone());
+        for (k, p) in train.iter().enumerate() {
+            let arrived = t2 + Duration::from_micros(232 * (k as u64 + 1));
+            pair.client.handle(arrived, s, None, &mut p.clone());
+        }
+        let t3 = t2 + Duration::from_millis(3);
+        let t4 = t3 + one_way;
+        out.clear();
+        while let Some(t) = pair.client.poll_transmit(t3, &mut out) {
+            let mut d = out[out.len() - t.size..].to_vec();
+            pair.server.handle(t4, c, None, &mut d);
+        }
+        let h = pair.server.accept().expect("the client proved it is live");
+        let stats = pair.server.connection(h).unwrap().stats();
+        assert_eq!(stats.probe_trains_sent, 1);
+        assert_eq!(stats.rate_estimates, 1);
+        let error = (stats.rate_estimate as f64 * 8.0 - 50e6).abs() / 50e6;
+        assert!(error <= 0.1, "estimate {} B/s", stats.rate_estimate);
+    }
+}
+
+/// The response lost, the handshake train behind it arrives first: the client keeps the
+/// train's packets with their arrival times until the resent response gives it the keys, then
+/// reports the rate they show; the server's first RTT sample is the path's (its train counts
+/// as sent with the response copy that got through, Karn).
+#[test]
+fn a_handshake_train_that_overtakes_a_lost_response_is_kept_and_timed() {
+    let mut client_cfg = config(1, false);
+    client_cfg.connection.handshake_train = true;
+    let mut server_cfg = config(2, true);
+    server_cfg.connection.handshake_train = true;
+    let mut pair = Pair::new(client_cfg, server_cfg);
+    let (c, s): (SocketAddr, SocketAddr) = (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
+    let one_way = Duration::from_millis(20);
+    let t0 = pair.now;
+    pair.client
+        .connect(t0, s, Some(pair.server.public_key()))
+        .unwrap();
+    let mut out = Vec::new();
+    let t1 = t0 + one_way;
+    while let Some(t) = pair.client.poll_transmit(t0, &mut out) {
+        let mut d = out[out.len() - t.size..].to_vec();
+        pair.server.handle(t1, c, None, &mut d);
+    }
+    let mut flight = Vec::new();
+    out.clear();
+    while let Some(t) = pair.server.poll_transmit(t1, &mut out) {
+        flight.push(out[out.len() - t.size..].to_vec());
+    }
+    assert_eq!(flight.len(), 11, "the response and a train of ten");
+    // The response is lost; the train arrives, 232 µs apart (50 Mbit/s).
+    let t2 = t1 + one_way;
+    for (k, p) in flight[1..].iter().enumerate() {
+        let arrived = t2 + Duration::from_micros(232 * (k as u64 + 1));
+        pair.client.handle(arrived, s, None, &mut p.clone());
+    }
+    let resend_at = pair.server.poll_timeout().expect("the response's timer");
+    pair.server.handle_timeout(resend_at);
+    out.clear();
+    let t = pair
+        .server
+        .poll_transmit(resend_at, &mut out)
+        .expect("the response again");
+    let mut response = out[out.len() - t.size..].to_vec();
+    assert!(
+        pair.server.poll_transmit(resend_at, &mut out).is_none(),
+        "no second train"
+    );
+    let t3 = resend_at + one_way;
+    pair.client.handle(t3, s, None, &mut response);
+    let t4 = t3 + one_way;
+    out.clear();
+    while let Some(t) = pair.client.poll_transmit(t3, &mut out) {
+        let mut d = out[out.len() - t.size..].to_vec();
+        pair.server.handle(t4, c, None, &mut d);
+    }
+    let h = pair.server.accept().expect("the client proved it is live");
+    let stats = pair.server.connection(h).unwrap().stats();
+    assert_eq!((stats.probe_trains_sent, stats.rate_estimates), (1, 1));
+    let error = (stats.rate_estimate as f64 * 8.0 - 50e6).abs() / 50e6;
+    assert!(error <= 0.1, "estimate {} B/s", stats.rate_estimate);
+    assert!(
+        stats.rtt < Duration::from_millis(45),
+        "first RTT sample {:?}, the response resent after {:?}",
+        stats.rtt,
+        resend_at - t1
+    );
+}

@@ -204,6 +204,26 @@ fn a_download_starts_from_the_rate_its_first_train_measures() {
     }
 }
 
+/// With `handshake_train` at both ends the client pads its first flight and the server's
+/// first train goes right behind its response: the report comes back with the client's first
+/// packets, and the download starts at the link's rate a round trip earlier (PROTOCOL.md §4.3, §11.10).
+#[test]
+fn a_handshake_train_starts_a_download_at_the_rate_a_round_trip_earlier() {
+    for seed in 1..=3 {
+        let (with, stats) = download(seed, |c| c.connection.handshake_train = true);
+        let (usual, _) = download(seed, |_| {});
+        assert_eq!(stats.probe_trains_sent, 1, "seed {seed}");
+        assert_eq!(stats.rate_estimates, 1, "seed {seed}");
+        let error = (stats.rate_estimate as f64 * 8.0 - 50e6) / 50e6;
+        assert!(error.abs() <= 0.10, "estimate {} B/s", stats.rate_estimate);
+        assert!(with <= 1.1, "{with:.2}× ideal (seed {seed})");
+        assert!(
+            with < usual - 0.15,
+            "{with:.2} vs {usual:.2} with the usual first train"
+        );
+    }
+}
+
 // ---- a shared bottleneck --------------------------------------------------------------------
 
 /// A client with two connections to the same server over the same link: a long background

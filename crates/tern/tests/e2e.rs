@@ -1080,3 +1080,43 @@ async fn an_event_subscriber_that_never_reads_holds_a_bounded_queue() {
         "what it holds is still readable"
     );
 }
+
+/// `handshake_train` at both ends over real sockets: the client's padding reaches the server
+/// with its Initial, the server sends its first probe train with its response (before any
+/// data), and a download over the connection arrives intact.
+#[tokio::test]
+async fn a_handshake_train_goes_with_the_response_over_real_sockets() {
+    let server = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .bind("127.0.0.1:0".parse().unwrap())
+        .server()
+        .configure(|c| c.connection.handshake_train = true)
+        .build()
+        .unwrap();
+    let client = Endpoint::builder(StaticKeypair::generate(tern::entropy()))
+        .bind("127.0.0.1:0".parse().unwrap())
+        .configure(|c| c.connection.handshake_train = true)
+        .build()
+        .unwrap();
+    let (addr, key) = (server.local_addr().unwrap(), server.public_key());
+    let srv = tokio::spawn(async move {
+        let conn = server.accept().await.unwrap();
+        // The Initial and its four padding datagrams, and the client's first packet.
+        let at_accept = conn.stats();
+        let mut flow = conn.open_uni().await.unwrap();
+        flow.write_all(&[7u8; 1 << 20]).await.unwrap();
+        flow.finish().unwrap();
+        flow.finished().await.unwrap();
+        (at_accept, conn.stats())
+    });
+    let conn = client.connect(addr, Some(key)).await.unwrap();
+    let mut flow = conn.accept_uni().await.unwrap();
+    let data = flow.read_to_end(2 << 20).await.unwrap();
+    assert!(data.len() == 1 << 20 && data.iter().all(|&b| b == 7));
+    let (at_accept, after) = srv.await.unwrap();
+    assert!(at_accept.datagrams_received >= 6, "{at_accept:?}");
+    assert!(
+        at_accept.probe_trains_sent == 1,
+        "a train before any data: {at_accept:?}"
+    );
+    assert!(after.probe_trains_sent >= 1, "{after:?}");
+}

@@ -84,6 +84,10 @@ pub struct ModeSettings {
     /// `tolerance=off`: CUBIC or NewReno without the random-loss tolerance (RFC 9002's
     /// response to every loss; `coexist` compares the two beside kernel TCP).
     pub loss_tolerance: Option<bool>,
+    /// `htrain=on`: a probe train with the handshake at both ends
+    /// (`ConnectionConfig::handshake_train`: the client pads its first flight, the server
+    /// sends its first train right behind its response).
+    pub handshake_train: bool,
 }
 
 /// IPv4 + UDP headers, what an MSS counts beyond the UDP payload.
@@ -109,6 +113,9 @@ impl ModeSettings {
         }
         if self.loss_tolerance == Some(false) {
             l += "-strict";
+        }
+        if self.handshake_train {
+            l += "-htrain";
         }
         l
     }
@@ -170,9 +177,16 @@ pub fn split_settings(mode: &str) -> Result<(&str, ModeSettings), String> {
                     _ => return Err(bad("random-loss tolerance (on, off)")),
                 })
             }
+            "htrain" => {
+                settings.handshake_train = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad("handshake train (on, off)")),
+                }
+            }
             _ => {
                 return Err(format!(
-                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss, sndbuf, tolerance)"
+                    "unknown setting {key:?} in tern mode {mode:?} (cc, iw, mss, sndbuf, tolerance, htrain)"
                 ))
             }
         }
@@ -319,6 +333,7 @@ pub(crate) fn config(server: bool, mode: &str) -> io::Result<tern::EndpointConfi
     if let Some(b) = settings.send_buffer {
         cfg.connection.flows.send_buffer = u64::from(b);
     }
+    cfg.connection.handshake_train = settings.handshake_train;
     if let Some(size) = settings.datagram_size() {
         // Both ends: what we send, and what we say we take; a fixed size (no PMTU search).
         cfg.connection.max_datagram_size = size;
@@ -771,6 +786,14 @@ mod tests {
             "tern-cubic"
         );
         assert!(split_settings("flows:sndbuf=10").is_err());
+        assert_eq!(label_for("flows:htrain=on").unwrap(), "tern-htrain");
+        assert!(
+            config(false, "flows:htrain=on")
+                .unwrap()
+                .connection
+                .handshake_train
+        );
+        assert!(split_settings("flows:htrain=yes").is_err());
         let cfg = config(true, "flows:sndbuf=32768").unwrap();
         assert_eq!(cfg.connection.flows.send_buffer, 32_768);
         let cfg = config(false, "flows:mss=9000:iw=64").unwrap();

@@ -23,6 +23,11 @@ use crate::Side;
 pub(crate) const PATTERN_IK: u8 = 1;
 /// See [`PATTERN_IK`].
 pub(crate) const PATTERN_XX: u8 = 2;
+/// An Initial whose payload is this one byte is padding (PROTOCOL.md §4.3, §11.10): a client that
+/// asks for a handshake probe train sends a few right behind its first Initial, so that the
+/// server's anti-amplification budget has room for the train; a server counts their bytes
+/// and otherwise ignores them (they never create, move or replace a connection).
+pub(crate) const PATTERN_PADDING: u8 = 0;
 /// A Handshake payload of one byte is a refusal with this reason (Noise messages are longer).
 pub(crate) const REFUSE_AUTHENTICATION: u8 = 1;
 /// See [`REFUSE_AUTHENTICATION`].
@@ -45,6 +50,26 @@ pub(crate) struct HandshakeState {
     pub(crate) refusals: u32,
     /// Flow data carried in the first flight, acknowledged implicitly by the response.
     pub(crate) first_flight: crate::recovery::SentFrames,
+    /// Protected packets that arrived before the response (a server's handshake probe train
+    /// goes right behind it, §11.10, and overtakes a response that was lost), with when they
+    /// arrived: opened once the keys exist, the train timed by its arrivals, not behind the
+    /// response's Noise work. At most [`MAX_EARLY_PACKETS`].
+    pub(crate) early_packets: Vec<EarlyPacket>,
+    /// Padding Initials still to send behind the first Initial (`handshake_train`).
+    pub(crate) padding_left: u8,
+}
+
+/// Most protected packets a client keeps while it waits for the handshake's response.
+pub(crate) const MAX_EARLY_PACKETS: usize = crate::path::probe::DEFAULT_TRAIN_LEN as usize;
+
+/// A protected packet kept until the keys to open it exist, and how it arrived.
+#[derive(Debug)]
+pub(crate) struct EarlyPacket {
+    pub(crate) arrived: Instant,
+    pub(crate) remote: SocketAddr,
+    pub(crate) local: Option<std::net::IpAddr>,
+    pub(crate) ecn: Option<crate::recovery::EcnCodepoint>,
+    pub(crate) data: Vec<u8>,
 }
 
 /// A handshake datagram that is resent until the handshake is confirmed.
@@ -182,8 +207,54 @@ impl Connection {
             };
             hs.first_flight = first_flight;
             hs.msg1 = Some(msg);
+            if ik && self.config.handshake_train && self.config.fast_start {
+                let padding = self.handshake_train_padding();
+                if let State::Handshake(hs) = &mut self.state {
+                    hs.padding_left = padding;
+                }
+            }
         }
         self.rebuild_initial();
+    }
+
+    /// How many padding Initials (of our datagram size) let a server send a whole probe
+    /// train with its response: the 3× limit must cover the train's full-size packets and
+    /// two responses (each bounded here by the Initial's minimum size), less what the
+    /// Initial itself brings.
+    fn handshake_train_padding(&self) -> u8 {
+        let size = u64::from(self.config.max_datagram_size.max(1));
+        let initial = wire::MIN_INITIAL_DATAGRAM_SIZE as u64;
+        let train = u64::from(
+            self.config
+                .probe_train_len
+                .clamp(2, crate::wire::MAX_PROBE_TRAIN),
+        )
+        .min(MAX_EARLY_PACKETS as u64);
+        let needed = (train * size + 2 * initial).div_ceil(3);
+        needed.saturating_sub(initial).div_ceil(size).min(16) as u8
+    }
+
+    /// A client's padding Initial (`PATTERN_PADDING`), due right after the first send of its
+    /// Initial (not after a resend), into `buf`.
+    pub(crate) fn poll_first_flight_padding(&mut self, buf: &mut Vec<u8>) -> Option<usize> {
+        let sent_once = self.flight.as_ref().is_some_and(|f| f.sends == 1);
+        let State::Handshake(hs) = &mut self.state else {
+            return None;
+        };
+        if hs.padding_left == 0 || !sent_once {
+            return None;
+        }
+        hs.padding_left -= 1;
+        let datagram = long_packet(
+            wire::LongType::Initial,
+            &self.original_dcid,
+            &self.local_cid,
+            &hs.token,
+            &[PATTERN_PADDING],
+            usize::from(self.config.max_datagram_size).max(wire::MIN_INITIAL_DATAGRAM_SIZE),
+        );
+        buf.extend_from_slice(&datagram);
+        Some(datagram.len())
     }
 
     fn rebuild_initial(&mut self) {
@@ -253,7 +324,17 @@ impl Connection {
         flight.first_sent.get_or_insert(now);
         flight.sends += 1;
         buf.extend_from_slice(&flight.datagram);
-        Some(flight.datagram.len())
+        let len = flight.datagram.len();
+        if flight.sends > 1 && self.side == Side::Server {
+            // A server's packets sent before this copy of its response (a handshake probe
+            // train behind a lost copy, §11.10) can be opened, and so acknowledged, only after
+            // the client has a response: count them as sent with this copy (Karn), or their
+            // acknowledgement would be the first RTT sample, a retransmission timeout too long.
+            for p in self.paths[0].sent.packets.values_mut() {
+                p.time = p.time.max(now);
+            }
+        }
+        Some(len)
     }
 
     /// A long-header packet arrived for this connection.
@@ -264,6 +345,10 @@ impl Connection {
     ) -> Result<(), TransportErrorCode> {
         match (self.side, packet.ty) {
             (Side::Server, wire::LongType::Initial) => {
+                if packet.payload == [PATTERN_PADDING] {
+                    // Padding for a handshake train: its bytes are counted, nothing else.
+                    return Ok(());
+                }
                 // The client did not hear our response: send it again.
                 if !self.confirmed {
                     if let Some(f) = self.flight.as_mut() {
@@ -291,6 +376,7 @@ impl Connection {
         }
         hs.retries += 1;
         hs.token = token.to_vec();
+        hs.early_packets.clear();
         self.rebuild_initial();
     }
 
@@ -397,6 +483,9 @@ impl Connection {
         self.paths[0].validated = true;
         self.restart_idle_timer(now);
         self.events.push_back(Event::Connected);
+        for mut p in hs.early_packets {
+            self.open_short(now, p.arrived, p.remote, p.local, p.ecn, &mut p.data);
+        }
         Ok(())
     }
 

@@ -18,11 +18,12 @@ pub(crate) type FrameError = (TransportErrorCode, &'static str);
 
 impl Connection {
     /// A short-header datagram arrived for this connection from `remote` to our `local`
-    /// address (if known), with the ECN codepoint of its IP header. `data` is decrypted in
-    /// place.
+    /// address (if known), with the ECN codepoint of its IP header; it reached the host at
+    /// `arrived` (≤ `now`, for probe trains). `data` is decrypted in place.
     pub(crate) fn handle_short(
         &mut self,
         now: Instant,
+        arrived: Instant,
         remote: SocketAddr,
         local: Option<IpAddr>,
         ecn: Option<EcnCodepoint>,
@@ -30,6 +31,38 @@ impl Connection {
     ) {
         self.stats.datagrams_received += 1;
         self.stats.bytes_received += data.len() as u64;
+        if let State::Handshake(hs) = &mut self.state {
+            // A client without keys yet: a server's handshake probe train that overtook its
+            // response (§11.10) is kept to be opened and timed after it; a few datagrams of at
+            // most our datagram size.
+            if self.side == Side::Client
+                && remote == self.paths[0].remote
+                && hs.early_packets.len() < super::handshake::MAX_EARLY_PACKETS
+                && data.len() <= usize::from(self.config.max_datagram_size)
+            {
+                hs.early_packets.push(super::handshake::EarlyPacket {
+                    arrived,
+                    remote,
+                    local,
+                    ecn,
+                    data: data.to_vec(),
+                });
+            }
+            return;
+        }
+        self.open_short(now, arrived, remote, local, ecn, data);
+    }
+
+    /// Opens and handles a short-header datagram, counted already (see `handle_short`).
+    pub(crate) fn open_short(
+        &mut self,
+        now: Instant,
+        arrived: Instant,
+        remote: SocketAddr,
+        local: Option<IpAddr>,
+        ecn: Option<EcnCodepoint>,
+        data: &mut [u8],
+    ) {
         let datagram_len = data.len() as u64;
         if matches!(self.state, State::Drained) {
             return;
@@ -180,7 +213,7 @@ impl Connection {
             match self.probe_seen.take() {
                 Some((train, position, count)) => {
                     let size = u32::try_from(datagram_len).unwrap_or(u32::MAX);
-                    rx.on_probe(now, train, position, count, size);
+                    rx.on_probe(arrived, train, position, count, size);
                 }
                 None => rx.on_other_packet(),
             }
@@ -649,9 +682,16 @@ impl Connection {
             return;
         };
         let path = &mut self.paths[index];
-        if !path.probe_tx.take_report(train) || rate == 0 {
+        if !path.probe_tx.take_report(train) {
             return;
         }
+        if rate == 0 {
+            // No estimate: a train sent with the handshake's response leaves the path's first
+            // train to come with its first data.
+            path.probe_tx.no_estimate();
+            return;
+        }
+        path.probe_tx.during_handshake = false;
         // Bound (PROTOCOL.md §11.10): once the path has left its first slow start, its
         // delivery rate is about window / smoothed RTT; a train may show at most 4× that (the
         // link may have grown idle, not quadrupled).

@@ -77,6 +77,14 @@ impl Connection {
         if let Some(size) = self.poll_flight(now, buf) {
             return Some(self.sent_datagram(now, 0, size, None, true));
         }
+        if let Some(size) = self.poll_first_flight_padding(buf) {
+            return Some(self.sent_datagram(now, 0, size, None, true));
+        }
+        if self.side == crate::Side::Server && !self.confirmed {
+            if let Some(t) = self.poll_handshake_train(now, buf) {
+                return Some(t);
+            }
+        }
         self.keys.as_ref()?;
         match self.state {
             State::Closing { .. } | State::Draining { .. } => {
@@ -144,7 +152,8 @@ impl Connection {
         if self.has_sendable_data() {
             if let Some(index) = self.schedule(now) {
                 if let Some(count) = self.wants_train(now, index) {
-                    self.paths[index].probe_tx.start(count);
+                    let size = self.paths[index].mtu;
+                    self.paths[index].probe_tx.start(count, size);
                     self.stats.probe_trains_sent += 1;
                     if let Some(t) = self.send_train_packet(now, buf, index) {
                         return Some(t);
@@ -208,14 +217,70 @@ impl Connection {
         index: usize,
     ) -> Option<Transmit> {
         let path = &self.paths[index];
-        let mtu = u64::from(path.mtu);
-        if path.usable() && path.cwnd_room() >= mtu && path.amplification_budget() >= mtu {
+        let size = u64::from(path.probe_tx.packet_size().unwrap_or(path.mtu));
+        // A handshake train goes before the client's address is proven, within the limit.
+        let usable = path.usable() || path.probe_tx.during_handshake;
+        if usable && path.cwnd_room() >= size && path.amplification_budget() >= size {
             if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
                 return Some(self.sent_datagram(now, index, size, ecn, false));
             }
         }
         self.paths[index].probe_tx.abort(now);
         None
+    }
+
+    /// Server, before the client has answered: the packets of the handshake probe train
+    /// (started here when due), right behind the response.
+    fn poll_handshake_train(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        if self.paths[0].probe_tx.last_train == 0 {
+            self.start_handshake_train();
+        }
+        let tx = &self.paths[0].probe_tx;
+        if !tx.during_handshake || tx.sending.is_none() {
+            return None;
+        }
+        self.send_train_packet(now, buf, 0)
+    }
+
+    /// Server, IK (the only handshake that leaves it established before the client is
+    /// proven), with `handshake_train`: the first path's first probe train, sent right behind
+    /// the response (PROTOCOL.md §11.10), so that the client's first packets report the rate
+    /// and the server's first reply starts at it rather than a round trip later. Before the
+    /// client's address is proven the whole train, full-size packets, and a further copy of
+    /// the response must fit in three times what the client sent: a client asks for a train
+    /// by padding its first flight (§4.3), and a train starts once its padding has arrived.
+    /// A shorter train is not sent: three or four packets are timed too roughly
+    /// (BENCHMARKS.md, "A probe train with the handshake's response").
+    fn start_handshake_train(&mut self) {
+        let Some(flight) = self.flight.as_ref() else {
+            return;
+        };
+        let path = &self.paths[0];
+        let due = self.config.fast_start
+            && self.config.handshake_train
+            && flight.sends > 0
+            && !path.validated
+            && path.state == crate::path::PathState::Active
+            && matches!(self.state, State::Established)
+            && self.keys.is_some();
+        if !due {
+            return;
+        }
+        let mtu = u64::from(path.mtu.max(1));
+        let count = self
+            .configured_train_len()
+            .min(super::handshake::MAX_EARLY_PACKETS as u64);
+        let train = count * mtu;
+        let room = path
+            .amplification_budget()
+            .saturating_sub(flight.datagram.len() as u64);
+        if room < train || path.cwnd_room() < train {
+            return;
+        }
+        self.paths[0]
+            .probe_tx
+            .start_during_handshake(count as u8, mtu as u16);
+        self.stats.probe_trains_sent += 1;
     }
 
     /// How many packets of probe train path `index`, which the scheduler picked for data,
@@ -226,7 +291,8 @@ impl Connection {
     /// - (a) it has not probed since it started (or moved to another network path) and is
     ///   still in its first slow start, or
     /// - (b) it has been idle (nothing in flight, nothing ack-eliciting sent) for at least a
-    ///   smoothed RTT,
+    ///   smoothed RTT, and its latest estimate is older than that (a handshake train's
+    ///   report arrives just before the first data),
     ///
     /// and enough application data waits to fill at least half of the train. A first train
     /// is padded to its full length (the first estimate is worth it); a restart train is as
@@ -251,10 +317,14 @@ impl Connection {
             return None;
         }
         let first = !p.probe_tx.probed && p.cc.metrics().ssthresh.is_none();
+        let srtt = p.rtt.smoothed();
         let idle = p.sent.bytes_in_flight == 0
             && p.sent
                 .time_of_last_ack_eliciting
-                .is_some_and(|t| now.saturating_duration_since(t) >= p.rtt.smoothed());
+                .is_some_and(|t| now.saturating_duration_since(t) >= srtt)
+            && p.probe_tx
+                .estimate
+                .is_none_or(|(_, at)| now.saturating_duration_since(at) >= srtt);
         if !(first || idle) {
             return None;
         }
@@ -281,12 +351,16 @@ impl Connection {
     fn train_len(&self, index: usize) -> u8 {
         let p = &self.paths[index];
         let room = p.cwnd_room() / u64::from(p.mtu.max(1));
-        let max = u64::from(
+        room.min(self.configured_train_len()) as u8
+    }
+
+    /// `probe_train_len`, within what the Probe frame can number.
+    fn configured_train_len(&self) -> u64 {
+        u64::from(
             self.config
                 .probe_train_len
                 .clamp(2, crate::wire::MAX_PROBE_TRAIN),
-        );
-        room.min(max) as u8
+        )
     }
 
     /// Application bytes never sent yet that the peer's credit lets go (flow data, messages,
@@ -484,6 +558,11 @@ impl Connection {
             return None;
         }
         let mtu = mtu.min(budget as usize);
+        // A probe train's packets all have its size, whatever they carry.
+        let mtu = match path.probe_tx.packet_size() {
+            Some(size) if purpose == Purpose::Data => mtu.min(usize::from(size)),
+            _ => mtu,
+        };
         let path_work = purpose == Purpose::PathWork;
         let probing = path_work && path.probes > 0;
         // The second probe timeout in a row probes at the base size: if it gets through while
