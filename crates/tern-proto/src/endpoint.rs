@@ -321,13 +321,13 @@ impl Endpoint {
             max_ack_delay_ms: c.max_ack_delay.as_millis() as u64,
             max_datagram_size: u64::from(c.max_recv_datagram_size),
             stateless_reset_token: Some(self.reset_key.token(cid)),
-            // A message and its overhead must fit in the connection window, or it could
-            // never be started (§10.2).
-            max_message_size: c.max_message_size.min(
-                c.flows
-                    .connection_window
-                    .saturating_sub(crate::message::MESSAGE_CREDIT_OVERHEAD),
-            ),
+            // A message and its overhead must fit in half the connection window, or it could
+            // wait for credit for good (§10.2).
+            max_message_size: c
+                .max_message_size
+                .min(crate::message::max_message_for_window(
+                    c.flows.connection_window,
+                )),
             max_datagram_frame_size: c.max_datagram_size_in,
             ..TransportParams::default()
         }

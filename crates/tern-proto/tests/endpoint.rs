@@ -2106,3 +2106,96 @@ fn a_handshake_train_that_overtakes_a_lost_response_is_kept_and_timed() {
         resend_at - t1
     );
 }
+
+/// The largest message a peer accepts always starts, whatever came before it: a receiver
+/// raises its connection limit only every half window, so after a small message has been
+/// read the sender may hold just over half a window of credit (found by an outside read: the
+/// cap was the whole window less the overhead, and such a message waited for good).
+#[test]
+fn the_largest_message_starts_after_others_were_read() {
+    use tern_proto::message::{MessageOptions, SendMessageError};
+    let mut client_cfg = config(1, false);
+    client_cfg.connection.flows.connection_window = 64 * 1024;
+    let mut server_cfg = config(2, true);
+    server_cfg.connection.flows.connection_window = 64 * 1024;
+    let mut pair = Pair::new(client_cfg, server_cfg);
+    let (c, s) = connect(&mut pair, true);
+    let now = pair.now;
+    let conn = pair.client.connection_mut(c).unwrap();
+    conn.send_message(
+        now,
+        bytes::Bytes::from_static(b"x"),
+        MessageOptions::default(),
+    )
+    .unwrap();
+    pair.exchange();
+    assert!(pair
+        .server
+        .connection_mut(s)
+        .unwrap()
+        .recv_message()
+        .is_some());
+    pair.exchange();
+    // Find the largest size the sender accepts, and send it.
+    let conn = pair.client.connection_mut(c).unwrap();
+    let max = match conn.send_message(now, vec![0; 64 * 1024].into(), MessageOptions::default()) {
+        Err(SendMessageError::TooLarge { max, .. }) => max as usize,
+        other => panic!("a whole window is too large: {other:?}"),
+    };
+    assert!(max >= 30_000, "{max}");
+    conn.send_message(now, vec![5; max].into(), MessageOptions::default())
+        .unwrap();
+    for _ in 0..20 {
+        pair.exchange();
+        if !pair.advance() {
+            break;
+        }
+    }
+    let m = pair.server.connection_mut(s).unwrap().recv_message();
+    assert_eq!(
+        m.map(|m| m.data.len()),
+        Some(max),
+        "the largest message arrived"
+    );
+}
+
+/// A flow the application stopped is dropped once its final size is known (a FIN, or the
+/// peer's ResetFlow answering the StopSending), so the peer may open another in its place:
+/// before, such flows stayed until read, which nobody does, and the peer's `open_flow`
+/// stayed blocked after `max_concurrent_uni` of them.
+#[test]
+fn stopped_flows_free_their_slots_for_the_peer() {
+    let mut server_cfg = config(2, true);
+    server_cfg.connection.flows.max_concurrent_uni = 4;
+    let mut pair = Pair::new(config(1, false), server_cfg);
+    let (c, s) = connect(&mut pair, true);
+    for i in 0..12u8 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        let flow = conn
+            .open_flow(Dir::Uni)
+            .unwrap_or_else(|e| panic!("flow {i}: {e:?}"));
+        conn.write(flow, &[i; 3000]).unwrap();
+        if i % 2 == 0 {
+            // Half finish before the stop arrives, half are reset in answer to it.
+            conn.finish(flow).unwrap();
+        }
+        pair.exchange();
+        for _ in 0..5 {
+            if pair.server.connection(s).unwrap().stats().bytes_received > 3000 * (u64::from(i) + 1)
+            {
+                break;
+            }
+            pair.advance();
+        }
+        let conn = pair.server.connection_mut(s).unwrap();
+        let got = conn.accept_flow(Dir::Uni).unwrap_or_else(|| {
+            panic!(
+                "flow {i} ({flow:?}): the peer's flow; server {:?}; client {:?}",
+                conn.stats(),
+                Pair::events(&mut pair.client)
+            )
+        });
+        conn.stop_flow(got, 7).unwrap();
+        pair.exchange();
+    }
+}

@@ -618,10 +618,10 @@ impl Connection {
             .peer_params
             .as_ref()
             .map_or(crate::flow::PRE_HANDSHAKE_CREDIT, |p| p.max_message_size);
-        // A message must fit the peer's connection window with its overhead, or it could
-        // never start.
+        // A message must fit half the peer's connection window with its overhead, or it
+        // could wait for credit for good.
         let window = self.flows.peer_connection_window();
-        let max = max.min(window.saturating_sub(crate::message::MESSAGE_CREDIT_OVERHEAD));
+        let max = max.min(crate::message::max_message_for_window(window));
         if data.len() as u64 > max {
             return Err(SendMessageError::TooLarge {
                 size: data.len() as u64,

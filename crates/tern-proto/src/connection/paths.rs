@@ -10,6 +10,7 @@ use rand::RngCore;
 use super::Connection;
 use crate::event::Event;
 use crate::path::{Path, PathState, MAX_CHALLENGES};
+use crate::recovery::SentPacket;
 use crate::Side;
 
 impl Connection {
@@ -178,10 +179,7 @@ impl Connection {
         path.bytes_received = 0;
         path.bytes_sent = 0;
         let id = path.id;
-        for (_, p) in lost.into_iter().filter(|(_, p)| !p.copy) {
-            self.stats.packets_rerouted += 1;
-            self.requeue(&p.frames, false);
-        }
+        self.requeue_moved(lost);
         self.start_validation(index);
         self.events
             .push_back(Event::PeerAddressChanged { id, remote });
@@ -247,9 +245,10 @@ impl Connection {
         }
         if !path.validated && path.challenge.is_some() {
             // The challenge (or its answer) was lost: the next challenge is the probe, until
-            // the path is given up.
+            // the path is given up. What was in flight on it (sent before its address
+            // changed, or within the 3× limit since) goes to any path again.
             path.probes = 0;
-            path.sent.abandon(now, &path.rtt);
+            let moved = path.sent.abandon(now, &path.rtt);
             // A path that never answered is dead after a few challenges, but still challenged
             // (backing off to the probe interval): it may be the one that comes back.
             path.challenge_pending = true;
@@ -258,6 +257,8 @@ impl Connection {
                 let id = path.id;
                 self.events.push_back(Event::PathDead { id });
             }
+            self.pmtu_on_abandoned(index, &moved);
+            self.requeue_moved(moved);
             return true;
         }
         let others = self
@@ -278,14 +279,18 @@ impl Connection {
             tracing::debug!(id, moved = moved.len(), "path dead");
             self.events.push_back(Event::PathDead { id });
         }
-        self.stats.packets_rerouted += moved.iter().filter(|(_, p)| !p.copy).count() as u64;
-        for (_, p) in moved {
-            if !p.copy {
-                self.requeue(&p.frames, false);
-            }
-        }
+        self.requeue_moved(moved);
         // The probes owed on it ask whether it is back (Pings: its data went elsewhere).
         true
+    }
+
+    /// Queues the frames of packets taken off a path (not redundant copies) again, for
+    /// whichever path the scheduler picks, and counts them as rerouted.
+    fn requeue_moved(&mut self, moved: Vec<(u64, SentPacket)>) {
+        for (_, p) in moved.into_iter().filter(|(_, p)| !p.copy) {
+            self.stats.packets_rerouted += 1;
+            self.requeue(&p.frames, false);
+        }
     }
 
     /// One of our own addresses changed (a new lease, a new roadside unit; every address may
@@ -393,12 +398,7 @@ impl Connection {
             path.challenge_pending = false;
             path.pacing_until = None;
             let moved = path.sent.abandon(now, &path.rtt);
-            self.stats.packets_rerouted += moved.iter().filter(|(_, p)| !p.copy).count() as u64;
-            for (_, p) in moved {
-                if !p.copy {
-                    self.requeue(&p.frames, false);
-                }
-            }
+            self.requeue_moved(moved);
         } else {
             path.wanted = state;
             if path.state != PathState::Dead {

@@ -425,6 +425,7 @@ impl Connection {
                         // is dropped now and its connection credit, up to the final size,
                         // given back, or every reset would shrink the window for good.
                         let unread = recv.discard();
+                        let stopped = recv.stop.is_some();
                         self.flows.data_received += grown;
                         if self.flows.data_received > self.flows.local_max_data {
                             return Err((
@@ -434,6 +435,11 @@ impl Connection {
                         }
                         self.flows.on_consumed(unread);
                         self.events.push_back(Event::FlowReadable(id));
+                        if stopped {
+                            // A stopped flow is not read again (a reset one otherwise is, to
+                            // learn its code): drop it now.
+                            self.flows.reap(id);
+                        }
                     }
                 }
             }
@@ -816,21 +822,27 @@ impl Connection {
         let stopped = recv.stop.is_some();
         let new_range = recv.ranges() > ranges_before;
         self.flows.data_received += grown;
-        if stopped {
-            // Nobody reads a stopped flow: what arrives is consumed at once.
-            self.flows.on_consumed(grown);
-        }
         if self.flows.data_received > self.flows.local_max_data {
             return Err((
                 TransportErrorCode::FLOW_CONTROL_ERROR,
                 "connection data beyond credit",
             ));
         }
+        if stopped {
+            // Nobody reads a stopped flow: what arrives is consumed at once (after the credit
+            // check: consuming may raise the limit).
+            self.flows.on_consumed(grown);
+        }
         if new_range {
             self.check_recv_ranges()?;
         }
         if readable && !was_readable {
             self.events.push_back(Event::FlowReadable(id));
+        }
+        if stopped {
+            // Once its final size is known a stopped flow is dropped (if its other half is
+            // done), so that the peer may open another.
+            self.flows.reap(id);
         }
         Ok(())
     }

@@ -35,6 +35,11 @@ const FLOW_FRAME_OVERHEAD: usize = 1 + 8 + 8 + 4;
 /// amplification limit allows), so that validating a path also proves it carries them.
 const PATH_PROBE_SIZE: usize = 1200;
 
+/// Bytes an ACK gets at least when the packet has them: enough for an ACK_ECN frame with a
+/// few ranges. With less room (a packet that a redundant copy fills) an ACK that does not fit
+/// stays due.
+const ACK_ROOM: usize = 64;
+
 /// Most redundant copies waiting for their paths; the oldest are dropped beyond (a copy that
 /// waits long has lost its point: the original has arrived or been resent).
 const MAX_PENDING_COPIES: usize = 64;
@@ -824,7 +829,7 @@ impl Connection {
             return;
         }
         // Half the packet for acknowledgements, shared among the paths that need one.
-        let budget = (room / 2 / due).max(64.min(room));
+        let budget = (room / 2 / due).max(ACK_ROOM.min(room));
         for index in 0..self.paths.len() {
             let path = &self.paths[index];
             if !path.has_ack_to_send() {
@@ -865,6 +870,11 @@ impl Connection {
             ecn.as_ref(),
             buf,
         );
+        if plan.is_none() && budget < ACK_ROOM {
+            // No room in this packet (a redundant copy fills it): the ACK stays due for the
+            // next packet, rather than being marked sent unwritten.
+            return None;
+        }
         let described = plan.and_then(|plan| {
             let largest = *acks.reported().next()?.end();
             let floor = if plan.ranges >= acks.received.len() {
@@ -1222,11 +1232,14 @@ impl Connection {
                 let Some(send) = flows.flows.get_mut(&id).and_then(|s| s.send.as_mut()) else {
                     continue;
                 };
+                let was_done = send.is_done();
                 send.ack(offset, u64::from(len), fin, &mut flows.buffers);
                 if send.buffered() == 0 {
                     flows.buffers.clear();
                 }
-                if send.is_done() {
+                // Once, when the last of it is acknowledged (a copy or a spurious resend may be
+                // acknowledged again later).
+                if send.is_done() && !was_done {
                     self.events.push_back(Event::FlowFinished(id));
                     self.flows.reap(id);
                 }
@@ -1243,6 +1256,9 @@ impl Connection {
                     }
                 }
             } else if let SentFrame::ResetFlow(id) = *f {
+                if let Some(send) = self.flows.flows.get_mut(&id).and_then(|s| s.send.as_mut()) {
+                    send.reset_acked = true;
+                }
                 self.flows.reap(id);
             } else if let SentFrame::Message { id, offset, len } = *f {
                 self.messages_out.on_acked(id, offset, u64::from(len));

@@ -88,6 +88,9 @@ pub(crate) struct SendFlow {
     pub(crate) reset: Option<u64>,
     /// A ResetFlow frame must be (re)sent.
     pub(crate) reset_pending: bool,
+    /// The ResetFlow frame was acknowledged: only then may the flow be dropped (a lost one
+    /// is resent from the flow's state).
+    pub(crate) reset_acked: bool,
     /// The peer asked us to stop with this code.
     pub(crate) stop_requested: Option<u64>,
     /// A FlowDataBlocked frame should be sent (we have data but no credit).

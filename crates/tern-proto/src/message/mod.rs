@@ -23,6 +23,15 @@ pub(crate) use send::MessageSender;
 /// receiver hold any number of empty messages for the credit of none. Both ends count it.
 pub const MESSAGE_CREDIT_OVERHEAD: u64 = 64;
 
+/// The largest message a connection window of `window` bytes lets start whatever came
+/// before it: half the window, less the overhead. A receiver raises its limit (MaxData) once
+/// the application has consumed half a window since the last raise, so a sender whose peer
+/// read everything may hold as little as half a window of credit, and a message is started
+/// only when the credit covers all of it (§10.2): a larger one could wait for good.
+pub(crate) fn max_message_for_window(window: u64) -> u64 {
+    (window / 2).saturating_sub(MESSAGE_CREDIT_OVERHEAD)
+}
+
 /// The connection credit a message of `len` bytes takes.
 pub(crate) fn credit_cost(len: u64) -> u64 {
     len.saturating_add(MESSAGE_CREDIT_OVERHEAD)

@@ -242,8 +242,9 @@ impl Path {
     }
 
     /// The path now runs over another network path (an address of either end changed):
-    /// RTT estimate, controller, pacer and ECN validation start afresh. Packet numbers, the
-    /// replay window and what is in flight stay.
+    /// RTT estimate, controller, pacer, ECN validation (with its counts carried on) and the
+    /// loss-recovery state learnt on the old one (probe backoff, reordering allowance) start
+    /// afresh. Packet numbers, the replay window and what is in flight stay.
     pub(crate) fn restart_network_state(
         &mut self,
         now: Instant,
@@ -264,7 +265,8 @@ impl Path {
         // Echoes of the old network path's routers say nothing about the new one.
         self.rate.echoed = None;
         self.pacer = fresh.pacer;
-        self.ecn = fresh.ecn;
+        self.ecn.restart();
+        self.sent.on_new_network_path();
         self.pacing_until = None;
         // The old estimate described the old network path: probe afresh (train numbers keep
         // increasing, so the peer never mistakes a new train for an old one).

@@ -133,6 +133,16 @@ impl EcnSender {
         matches!(self.state, EcnState::Testing | EcnState::Capable).then_some(EcnCodepoint::Ect0)
     }
 
+    /// The path moved to another network path (§11.9): validation starts again, unless it
+    /// failed for good or ECN is off. The counts carry on: the peer's are per path and
+    /// cumulative, so a fresh baseline would read its next report as more marks than we sent.
+    pub(crate) fn restart(&mut self) {
+        if self.state == EcnState::Capable {
+            self.state = EcnState::Testing;
+        }
+        self.lost_unconfirmed = 0;
+    }
+
     /// A packet left with `mark`.
     pub(crate) fn on_sent(&mut self, mark: Option<EcnCodepoint>) {
         if mark.is_some() {
@@ -225,6 +235,26 @@ mod tests {
             s.on_sent(s.mark());
         }
         s
+    }
+
+    #[test]
+    fn validation_restarts_on_a_new_network_path_with_the_counts_carried_on() {
+        let mut s = sender(100);
+        assert_eq!(s.on_ack(100, counts(100, 0, 0)), EcnVerdict::Quiet);
+        assert_eq!(s.state, EcnState::Capable);
+        s.restart();
+        assert_eq!(s.state, EcnState::Testing);
+        for _ in 0..5 {
+            s.on_sent(s.mark());
+        }
+        // The peer's counts go on from 100: the new path's five marks validate it again.
+        s.on_ack(5, counts(105, 0, 0));
+        assert_eq!(s.state, EcnState::Capable);
+        // A path that failed stays failed.
+        let mut failed = sender(3);
+        failed.on_ack(3, None);
+        failed.restart();
+        assert_eq!(failed.state, EcnState::Failed);
     }
 
     #[test]

@@ -550,6 +550,17 @@ impl SentPackets {
         self.declared_lost.len()
     }
 
+    /// The path moved to another network path: what recovery learnt on the old one (probe
+    /// backoff, the reordering allowance, the first RTT sample's time that persistent
+    /// congestion counts from) does not describe the new one.
+    pub(crate) fn on_new_network_path(&mut self) {
+        self.pto_count = 0;
+        self.last_pto = None;
+        self.tail_probed = None;
+        self.reorder = ReorderAllowance::default();
+        self.first_rtt_sample = None;
+    }
+
     /// Takes every outstanding packet off this path (it stopped answering): their frames go
     /// to other paths. They are remembered as losses, so that a late acknowledgement marks
     /// them spurious instead of being refused.
