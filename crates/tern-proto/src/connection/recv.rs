@@ -251,7 +251,8 @@ impl Connection {
         if out.spurious.is_empty() {
             return;
         }
-        self.stats.spurious_losses += out.spurious.len() as u64;
+        // Packets rerouted off a silent or moved path were never judged lost.
+        self.stats.spurious_losses += out.spurious.iter().filter(|l| !l.rerouted).count() as u64;
         for lost in std::mem::take(&mut out.spurious) {
             self.on_acked_frames(&lost.frames);
         }
@@ -341,7 +342,11 @@ impl Connection {
                 ))?;
                 let exponent_delay = Duration::from_micros(ack_delay_us);
                 let mut out = Outcome::default();
+                // A reported delay counts up to the peer's own max_ack_delay (RFC 9002 §5.3),
+                // not a fixed 25 ms: the same bound the probe timeout adds.
+                let max_ack_delay = self.peer_max_ack_delay();
                 let path = &mut self.paths[index];
+                path.rtt.set_max_ack_delay(max_ack_delay);
                 path.sent
                     .on_ack(
                         now,

@@ -155,6 +155,9 @@ pub(crate) struct LostPacket {
     pub(crate) frames: SentFrames,
     /// The loss episode it belongs to, if it counted toward one.
     episode: Option<u64>,
+    /// Taken off its path unanswered (`abandon`: the path went silent or moved), not found
+    /// lost: a late acknowledgement says nothing about reordering or a congestion episode.
+    pub(crate) rerouted: bool,
 }
 
 /// Losses that led to one congestion response, and how many of them are not yet known to be
@@ -427,8 +430,10 @@ impl SentPackets {
                 let late = lost
                     .overtaken
                     .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-                self.reorder
-                    .observe(now, largest.saturating_sub(pn), late, true, rtt);
+                if !lost.rerouted {
+                    self.reorder
+                        .observe(now, largest.saturating_sub(pn), late, true, rtt);
+                }
                 if let (Some(e), Some(id)) = (self.episode.as_mut(), lost.episode) {
                     if e.id == id {
                         e.outstanding = e.outstanding.saturating_sub(1);
@@ -496,6 +501,19 @@ impl SentPackets {
         reduced: bool,
         rtt: &RttEstimator,
     ) {
+        self.record(now, lost, reduced, false, rtt);
+    }
+
+    /// [`record_losses`](Self::record_losses), or with `rerouted` the packets `abandon` took
+    /// off the path (no episode).
+    fn record(
+        &mut self,
+        now: Instant,
+        lost: &[(u64, SentPacket)],
+        reduced: bool,
+        rerouted: bool,
+        rtt: &RttEstimator,
+    ) {
         if reduced {
             self.next_episode += 1;
             self.episode = Some(LossEpisode {
@@ -509,7 +527,8 @@ impl SentPackets {
                 sent: p.time,
                 overtaken: p.overtaken,
                 frames: p.frames.clone(),
-                episode: episode.filter(|_| p.in_flight),
+                episode: episode.filter(|_| p.in_flight && !rerouted),
+                rerouted,
             };
             if record.episode.is_some() {
                 if let Some(e) = self.episode.as_mut() {
@@ -568,7 +587,7 @@ impl SentPackets {
         let all: Vec<(u64, SentPacket)> = std::mem::take(&mut self.packets).into_iter().collect();
         self.bytes_in_flight = 0;
         self.loss_time = None;
-        self.record_losses(now, &all, false, rtt);
+        self.record(now, &all, false, true, rtt);
         all
     }
 
@@ -1091,6 +1110,28 @@ mod tests {
         .unwrap();
         s.detect_lost(now, rtt, &mut out);
         out
+    }
+
+    #[test]
+    fn a_late_ack_of_packets_taken_off_a_silent_path_is_no_reordering() {
+        let t0 = crate::cc::testing::epoch();
+        let ms = Duration::from_millis;
+        let mut rtt = RttEstimator::new(ms(20));
+        let mut s = SentPackets::default();
+        send(&mut s, t0, 10);
+        ack(&mut s, t0 + ms(21), &[0..=1], &mut rtt);
+        // The path goes silent (or moves): everything outstanding goes elsewhere.
+        assert_eq!(s.abandon(t0 + ms(100), &rtt).len(), 8);
+        // It had arrived after all: the frames are freed, but nothing was reordered.
+        let out = ack(&mut s, t0 + ms(120), &[0..=9], &mut rtt);
+        assert_eq!(out.spurious.len(), 8);
+        assert!(out.spurious.iter().all(|l| l.rerouted));
+        assert!(!out.undo);
+        assert!(
+            !s.reorder.seen(),
+            "threshold {}",
+            s.reorder.packet_threshold
+        );
     }
 
     #[test]
