@@ -296,20 +296,11 @@ impl MessageReceiver {
     /// waiting for an earlier one.
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<Skipped> {
         let mut out = Vec::new();
-        let mut due: Vec<(MessageId, Instant)> = self
-            .partial
-            .iter()
-            .filter_map(|(id, m)| m.deadline.filter(|d| *d <= now).map(|d| (*id, d)))
-            .collect();
-        // In ID order, not the map's: the MessageExpired events come out the same in every
-        // process, so seeded simulations stay reproducible.
-        due.sort_unstable_by_key(|(id, _)| *id);
-        for (id, d) in due {
-            out.extend(self.drop_message(id, now - d));
-        }
-        // A complete ordered message still waiting for an earlier one at its deadline can
-        // no longer be delivered in order and on time: it is dropped. (Earlier messages are
-        // never skipped on the receiver's own account: one without a deadline must arrive.)
+        // First a complete ordered message still waiting for an earlier one at its deadline:
+        // it can no longer be delivered in order and on time, so it is dropped. (Earlier
+        // messages are never skipped on the receiver's own account: one without a deadline
+        // must arrive.) Before the incomplete ones: dropping one of those releases the
+        // complete ones behind it, which would then be delivered late.
         let waiting_due: Vec<(u64, Instant)> = self
             .ordered_done
             .iter()
@@ -320,6 +311,17 @@ impl MessageReceiver {
             .collect();
         for (seq, d) in waiting_due {
             out.extend(self.drop_message(MessageId::new(true, seq), now - d));
+        }
+        let mut due: Vec<(MessageId, Instant)> = self
+            .partial
+            .iter()
+            .filter_map(|(id, m)| m.deadline.filter(|d| *d <= now).map(|d| (*id, d)))
+            .collect();
+        // In ID order, not the map's: the MessageExpired events come out the same in every
+        // process, so seeded simulations stay reproducible.
+        due.sort_unstable_by_key(|(id, _)| *id);
+        for (id, d) in due {
+            out.extend(self.drop_message(id, now - d));
         }
         out
     }
@@ -450,6 +452,23 @@ mod tests {
         // o0 (no deadline) still arrives and is delivered; o1 never is.
         r.on_fragment(o0, 1, 0, b"x", None, None, 3, 100).unwrap();
         assert_eq!(r.ready.iter().map(|m| m.id).collect::<Vec<_>>(), vec![o0]);
+        assert_eq!(r.held, 0);
+    }
+
+    #[test]
+    fn an_expired_gap_does_not_release_a_message_expired_behind_it() {
+        let t = t0();
+        let mut r = MessageReceiver::default();
+        let (o0, o1) = (MessageId::new(true, 0), MessageId::new(true, 1));
+        let d = t + Duration::from_millis(20);
+        // o0 half here, o1 complete behind it; both due at d.
+        r.on_fragment(o0, 4, 0, b"ab", Some(d), None, 3, 100)
+            .unwrap();
+        r.on_fragment(o1, 2, 0, b"ok", Some(d), None, 3, 100)
+            .unwrap();
+        let gone = r.expire(d);
+        assert_eq!(gone.len(), 2, "both expire");
+        assert!(r.ready.is_empty(), "o1 is not delivered late");
         assert_eq!(r.held, 0);
     }
 
