@@ -463,7 +463,7 @@ impl Endpoint {
         match self.routes.get(&cid) {
             Some(&idx) => {
                 if let Some(conn) = self.connections[idx].as_mut() {
-                    conn.handle_short(now, now, remote, local, ecn, data);
+                    conn.handle_short(now, remote, local, ecn, data);
                     self.schedule.touch(idx);
                 }
                 self.announce_if_ready(idx);

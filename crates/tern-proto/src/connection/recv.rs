@@ -18,12 +18,11 @@ pub(crate) type FrameError = (TransportErrorCode, &'static str);
 
 impl Connection {
     /// A short-header datagram arrived for this connection from `remote` to our `local`
-    /// address (if known), with the ECN codepoint of its IP header; it reached the host at
-    /// `arrived` (≤ `now`, for probe trains). `data` is decrypted in place.
+    /// address (if known), with the ECN codepoint of its IP header. `data` is decrypted in
+    /// place.
     pub(crate) fn handle_short(
         &mut self,
         now: Instant,
-        arrived: Instant,
         remote: SocketAddr,
         local: Option<IpAddr>,
         ecn: Option<EcnCodepoint>,
@@ -41,7 +40,7 @@ impl Connection {
                 && data.len() <= usize::from(self.config.max_datagram_size)
             {
                 hs.early_packets.push(super::handshake::EarlyPacket {
-                    arrived,
+                    arrived: now,
                     remote,
                     local,
                     ecn,
@@ -50,10 +49,12 @@ impl Connection {
             }
             return;
         }
-        self.open_short(now, arrived, remote, local, ecn, data);
+        self.open_short(now, now, remote, local, ecn, data);
     }
 
-    /// Opens and handles a short-header datagram, counted already (see `handle_short`).
+    /// Opens and handles a short-header datagram, counted already (see `handle_short`), that
+    /// arrived at `arrived` (earlier than `now` for one kept until the keys existed: probe
+    /// trains are timed by it).
     pub(crate) fn open_short(
         &mut self,
         now: Instant,

@@ -157,8 +157,7 @@ impl Connection {
         if self.has_sendable_data() {
             if let Some(index) = self.schedule(now) {
                 if let Some(count) = self.wants_train(now, index) {
-                    let size = self.paths[index].mtu;
-                    self.paths[index].probe_tx.start(count, size);
+                    self.paths[index].probe_tx.start(count);
                     self.stats.probe_trains_sent += 1;
                     if let Some(t) = self.send_train_packet(now, buf, index) {
                         return Some(t);
@@ -222,10 +221,10 @@ impl Connection {
         index: usize,
     ) -> Option<Transmit> {
         let path = &self.paths[index];
-        let size = u64::from(path.probe_tx.packet_size().unwrap_or(path.mtu));
+        let mtu = u64::from(path.mtu);
         // A handshake train goes before the client's address is proven, within the limit.
         let usable = path.usable() || path.probe_tx.during_handshake;
-        if usable && path.cwnd_room() >= size && path.amplification_budget() >= size {
+        if usable && path.cwnd_room() >= mtu && path.amplification_budget() >= mtu {
             if let Some((size, ecn)) = self.build_packet(now, buf, index, Purpose::Data, None) {
                 return Some(self.sent_datagram(now, index, size, ecn, false));
             }
@@ -282,9 +281,7 @@ impl Connection {
         if room < train || path.cwnd_room() < train {
             return;
         }
-        self.paths[0]
-            .probe_tx
-            .start_during_handshake(count as u8, mtu as u16);
+        self.paths[0].probe_tx.start_during_handshake(count as u8);
         self.stats.probe_trains_sent += 1;
     }
 
@@ -563,11 +560,6 @@ impl Connection {
             return None;
         }
         let mtu = mtu.min(budget as usize);
-        // A probe train's packets all have its size, whatever they carry.
-        let mtu = match path.probe_tx.packet_size() {
-            Some(size) if purpose == Purpose::Data => mtu.min(usize::from(size)),
-            _ => mtu,
-        };
         let path_work = purpose == Purpose::PathWork;
         let probing = path_work && path.probes > 0;
         // The second probe timeout in a row probes at the base size: if it gets through while

@@ -236,14 +236,12 @@ impl ProbeReceiver {
     }
 }
 
-/// A train being sent: its number, the index of the next packet, its length, and the size
-/// every packet of it is padded to (and held within).
+/// A train being sent: its number, the index of the next packet, its length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TrainProgress {
     pub(crate) train: u64,
     pub(crate) next: u8,
     pub(crate) count: u8,
-    pub(crate) size: u16,
 }
 
 /// The sending half: trains sent on this path and the estimate they gave.
@@ -263,15 +261,15 @@ pub(crate) struct ProbeSender {
     pub(crate) reported: bool,
     /// The latest estimate applied, bytes per second, and when.
     pub(crate) estimate: Option<(u64, Instant)>,
-    /// The latest train went out with the handshake's response (a server's, within the
-    /// anti-amplification limit). If it gives no estimate, it does not count as the path's
-    /// first train: the path may send that once the handshake is confirmed.
+    /// The latest train went out right behind the handshake's response (a server's, within
+    /// the anti-amplification limit). If it gives no estimate, it does not count as the
+    /// path's first train: the path may send that with its first data.
     pub(crate) during_handshake: bool,
 }
 
 impl ProbeSender {
-    /// Starts train number `last_train + 1` of `count` packets of `size` bytes.
-    pub(crate) fn start(&mut self, count: u8, size: u16) -> u64 {
+    /// Starts train number `last_train + 1` of `count` packets.
+    pub(crate) fn start(&mut self, count: u8) -> u64 {
         self.last_train += 1;
         self.probed = true;
         self.reported = false;
@@ -280,7 +278,6 @@ impl ProbeSender {
             train: self.last_train,
             next: 1,
             count,
-            size,
         });
         self.awaiting = None;
         self.last_train
@@ -288,15 +285,10 @@ impl ProbeSender {
 
     /// Starts the path's first train with the handshake's response (see
     /// [`during_handshake`](Self::during_handshake)).
-    pub(crate) fn start_during_handshake(&mut self, count: u8, size: u16) -> u64 {
-        let train = self.start(count, size);
+    pub(crate) fn start_during_handshake(&mut self, count: u8) -> u64 {
+        let train = self.start(count);
         self.during_handshake = true;
         train
-    }
-
-    /// The size of the packets of the train being sent, if one is.
-    pub(crate) fn packet_size(&self) -> Option<u16> {
-        self.sending.map(|p| p.size)
     }
 
     /// The latest train gave no estimate (its report says rate 0, or none came): a train
@@ -605,8 +597,7 @@ mod tests {
     fn a_handshake_train_without_an_estimate_leaves_the_first_train_to_come() {
         let t = t0();
         let mut tx = ProbeSender::default();
-        tx.start_during_handshake(3, 1066);
-        assert_eq!(tx.packet_size(), Some(1066));
+        tx.start_during_handshake(3);
         for _ in 0..3 {
             tx.next_packet(t);
         }
@@ -616,13 +607,13 @@ mod tests {
         assert!(!tx.probed, "the path may still send its first train");
         // Nor does a report that never comes count.
         let mut late = ProbeSender::default();
-        late.start_during_handshake(3, 1066);
+        late.start_during_handshake(3);
         late.abort(t);
         late.expire(t + Duration::from_millis(400), Duration::from_millis(100));
         assert!(!late.probed && late.awaiting.is_none());
         // An ordinary train is the path's first whatever it gives.
         let mut usual = ProbeSender::default();
-        usual.start(10, 1452);
+        usual.start(10);
         usual.abort(t);
         assert!(usual.take_report(1));
         usual.no_estimate();
@@ -633,8 +624,7 @@ mod tests {
     fn sender_numbers_and_ends_trains() {
         let mut tx = ProbeSender::default();
         let t = t0();
-        assert_eq!(tx.start(3, 1452), 1);
-        assert_eq!(tx.packet_size(), Some(1452));
+        assert_eq!(tx.start(3), 1);
         assert_eq!(tx.next_packet(t), Some((1, 1, 3)));
         assert_eq!(tx.next_packet(t), Some((1, 2, 3)));
         assert_eq!(tx.next_packet(t), Some((1, 3, 3)));
@@ -643,7 +633,7 @@ mod tests {
         assert!(!tx.take_report(7));
         assert!(tx.take_report(1));
         assert!(!tx.take_report(1), "applied once");
-        tx.start(4, 1452);
+        tx.start(4);
         tx.next_packet(t);
         assert!(!tx.take_report(2), "not before the train is over");
         tx.abort(t);
