@@ -44,7 +44,7 @@ struct Cli {
     #[arg(long, global = true)]
     qlog: Option<PathBuf>,
     /// A probe train with the handshake (PROTOCOL.md §4.3, §11.10): a client with --server-key pads
-    /// its first flight (about 5.8 kB) so that the server may send its first probe train right
+    /// its first flight (4.8 kB) so that the server may send its first probe train right
     /// behind its response, and a download starts at the measured rate a round trip earlier;
     /// a server answers such padding with a train. Worth it before a large download only.
     #[arg(long, global = true)]

@@ -144,11 +144,11 @@ pub struct ConnectionConfig {
     pub fast_start: bool,
     /// A probe train with the handshake (PROTOCOL.md §4.3, §11.10; needs `fast_start`), so
     /// that a download starts at the measured rate one round trip earlier. A client (IK only)
-    /// sends a few padding Initials right behind its first Initial (about 5.8 kB with
-    /// 1 452-byte datagrams), which gives the server's anti-amplification budget room for a
-    /// whole train; a server then sends its path's first train (`probe_train_len` full-size
-    /// packets, padding while it has no data) right behind its response, and the client's
-    /// first packets report the rate. Off by default: it costs the client's padding and the
+    /// sends four padding Initials of 1 200 bytes right behind its first Initial (with
+    /// 1 452-byte datagrams and a train of 10), which ask for a train and give the server's
+    /// anti-amplification budget room for it; a server then sends its path's first train
+    /// (min(`probe_train_len`, 10) full-size packets, padding while it has no data) right
+    /// behind its response, and the client's first packets report the rate. Off by default: it costs the client's padding and the
     /// server's train on every connection, which a short exchange never gains back.
     pub handshake_train: bool,
     /// Packets per probe train (2..=64; at most what the congestion window has room for is

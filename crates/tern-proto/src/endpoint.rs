@@ -576,6 +576,7 @@ impl Endpoint {
                         conn.stats.bytes_received += len as u64;
                         if conn.paths[0].remote == remote && !conn.paths[0].validated {
                             conn.paths[0].bytes_received += len as u64;
+                            conn.handshake_train_asked = true;
                             self.schedule.touch(idx);
                         }
                     }

@@ -217,10 +217,10 @@ impl Connection {
         self.rebuild_initial();
     }
 
-    /// How many padding Initials (of our datagram size) let a server send a whole probe
-    /// train with its response: the 3× limit must cover the train's full-size packets and
-    /// two responses (each bounded here by the Initial's minimum size), less what the
-    /// Initial itself brings.
+    /// How many padding Initials let a server send a whole probe train with its response:
+    /// the 3× limit must cover the train's packets (our datagram size at most) and two
+    /// responses (each bounded here by the Initial's size), less what the Initial itself
+    /// brings. They are 1 200 bytes, as the Initial: any path that carried it carries them.
     fn handshake_train_padding(&self) -> u8 {
         let size = u64::from(self.config.max_datagram_size.max(1));
         let initial = wire::MIN_INITIAL_DATAGRAM_SIZE as u64;
@@ -231,7 +231,7 @@ impl Connection {
         )
         .min(MAX_EARLY_PACKETS as u64);
         let needed = (train * size + 2 * initial).div_ceil(3);
-        needed.saturating_sub(initial).div_ceil(size).min(16) as u8
+        needed.saturating_sub(initial).div_ceil(initial).min(16) as u8
     }
 
     /// A client's padding Initial (`PATTERN_PADDING`), due right after the first send of its
@@ -251,7 +251,7 @@ impl Connection {
             &self.local_cid,
             &hs.token,
             &[PATTERN_PADDING],
-            usize::from(self.config.max_datagram_size).max(wire::MIN_INITIAL_DATAGRAM_SIZE),
+            wire::MIN_INITIAL_DATAGRAM_SIZE,
         );
         buf.extend_from_slice(&datagram);
         Some(datagram.len())
@@ -327,12 +327,12 @@ impl Connection {
         let len = flight.datagram.len();
         if flight.sends > 1 && self.side == Side::Server {
             // A server's packets sent before this copy of its response (a handshake probe
-            // train behind a lost copy, §11.10) can be opened, and so acknowledged, only after
-            // the client has a response: count them as sent with this copy (Karn), or their
-            // acknowledgement would be the first RTT sample, a retransmission timeout too long.
-            for p in self.paths[0].sent.packets.values_mut() {
-                p.time = p.time.max(now);
-            }
+            // train, §11.10) can be opened, and so acknowledged, only after the client has a
+            // copy, and which one it got is unknown: their acknowledgements give no RTT sample
+            // (Karn; measured from the first copy a lost one would add a timeout, from this
+            // one a crossing resend would read a round trip short).
+            let sent = &mut self.paths[0].sent;
+            sent.no_rtt_sample_below = sent.next_pn;
         }
         Some(len)
     }
@@ -345,10 +345,6 @@ impl Connection {
     ) -> Result<(), TransportErrorCode> {
         match (self.side, packet.ty) {
             (Side::Server, wire::LongType::Initial) => {
-                if packet.payload == [PATTERN_PADDING] {
-                    // Padding for a handshake train: its bytes are counted, nothing else.
-                    return Ok(());
-                }
                 // The client did not hear our response: send it again.
                 if !self.confirmed {
                     if let Some(f) = self.flight.as_mut() {

@@ -176,6 +176,9 @@ pub struct Connection {
     /// The client opened its paths (done once, when the handshake completes, and again for
     /// each address the peer advertises later).
     pub(crate) paths_opened: bool,
+    /// Server: the client padded its first flight (padding Initials, PROTOCOL.md §4.3), asking
+    /// for a probe train with the handshake.
+    pub(crate) handshake_train_asked: bool,
     /// Makes path challenges unpredictable (seeded by the endpoint's generator).
     pub(crate) path_rng: Option<Box<rand_chacha::ChaCha8Rng>>,
     /// Its seed (from the endpoint): the generator is built when the first challenge is
@@ -272,6 +275,7 @@ impl Connection {
             remove_pending: Vec::new(),
             copies: VecDeque::new(),
             paths_opened: false,
+            handshake_train_asked: false,
             path_rng: None,
             path_seed: [0; 32],
             write_blocked: Vec::new(),

@@ -33,11 +33,11 @@ impl Connection {
         if let State::Handshake(hs) = &mut self.state {
             // A client without keys yet: a server's handshake probe train that overtook its
             // response (§11.10) is kept to be opened and timed after it; a few datagrams of at
-            // most our datagram size.
+            // most the size we accept.
             if self.side == Side::Client
                 && remote == self.paths[0].remote
                 && hs.early_packets.len() < super::handshake::MAX_EARLY_PACKETS
-                && data.len() <= usize::from(self.config.max_datagram_size)
+                && data.len() <= usize::from(self.config.max_recv_datagram_size)
             {
                 hs.early_packets.push(super::handshake::EarlyPacket {
                     arrived: now,
@@ -440,11 +440,12 @@ impl Connection {
                             ));
                         }
                         self.flows.on_consumed(unread);
-                        self.events.push_back(Event::FlowReadable(id));
                         if stopped {
                             // A stopped flow is not read again (a reset one otherwise is, to
                             // learn its code): drop it now.
                             self.flows.reap(id);
+                        } else {
+                            self.events.push_back(Event::FlowReadable(id));
                         }
                     }
                 }

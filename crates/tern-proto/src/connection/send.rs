@@ -85,11 +85,6 @@ impl Connection {
         if let Some(size) = self.poll_first_flight_padding(buf) {
             return Some(self.sent_datagram(now, 0, size, None, true));
         }
-        if self.side == crate::Side::Server && !self.confirmed {
-            if let Some(t) = self.poll_handshake_train(now, buf) {
-                return Some(t);
-            }
-        }
         self.keys.as_ref()?;
         match self.state {
             State::Closing { .. } | State::Draining { .. } => {
@@ -117,6 +112,10 @@ impl Connection {
         if !self.paths_opened && self.side == crate::Side::Client {
             // Right after the handshake: every other (local, peer) address pair at once.
             self.open_paths(now);
+        }
+        if self.side == crate::Side::Server && !self.confirmed {
+            // A train right behind the handshake's response, if the client asked for one.
+            self.start_handshake_train();
         }
         // 0. A probe train under way (F11) leaves back to back, before anything else on any
         // path, so that nothing of ours falls between its packets.
@@ -233,19 +232,6 @@ impl Connection {
         None
     }
 
-    /// Server, before the client has answered: the packets of the handshake probe train
-    /// (started here when due), right behind the response.
-    fn poll_handshake_train(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        if self.paths[0].probe_tx.last_train == 0 {
-            self.start_handshake_train();
-        }
-        let tx = &self.paths[0].probe_tx;
-        if !tx.during_handshake || tx.sending.is_none() {
-            return None;
-        }
-        self.send_train_packet(now, buf, 0)
-    }
-
     /// Server, IK (the only handshake that leaves it established before the client is
     /// proven), with `handshake_train`: the first path's first probe train, sent right behind
     /// the response (PROTOCOL.md §11.10), so that the client's first packets report the rate
@@ -262,6 +248,8 @@ impl Connection {
         let path = &self.paths[0];
         let due = self.config.fast_start
             && self.config.handshake_train
+            && self.handshake_train_asked
+            && path.probe_tx.last_train == 0
             && flight.sends > 0
             && !path.validated
             && path.state == crate::path::PathState::Active
@@ -274,6 +262,9 @@ impl Connection {
         let count = self
             .configured_train_len()
             .min(super::handshake::MAX_EARLY_PACKETS as u64);
+        if count < u64::from(crate::path::probe::MIN_TRAIN_LEN) {
+            return;
+        }
         let train = count * mtu;
         let room = path
             .amplification_budget()

@@ -95,10 +95,12 @@ impl FlowState {
             .send
             .as_ref()
             .is_none_or(|s| s.is_done() || s.reset_acked);
-        // A stopped half is done once its final size is known (a FIN or a ResetFlow): nobody
-        // reads it, and the peer sends nothing more.
+        // A stopped half is done once its final size is known (a FIN or a ResetFlow) and its
+        // StopSending left: nobody reads it, and the peer sends nothing more.
         let recv_done = self.recv.as_ref().is_none_or(|r| {
-            r.is_finished() || r.reset.is_some() || (r.stop.is_some() && r.final_size.is_some())
+            r.is_finished()
+                || r.reset.is_some()
+                || (r.stop.is_some() && !r.stop_pending && r.final_size.is_some())
         });
         send_done && recv_done
     }

@@ -142,6 +142,10 @@ pub(crate) struct SentPackets {
     /// When the path's first RTT sample was taken: packets sent before it take no part in
     /// persistent congestion (RFC 9002 §7.6.2).
     pub(crate) first_rtt_sample: Option<Instant>,
+    /// Packets numbered below this give no RTT sample (Karn): a server's packets sent before
+    /// it resent its handshake response can be opened only once a copy of the response
+    /// arrived, and which one did is unknown.
+    pub(crate) no_rtt_sample_below: u64,
 }
 
 /// A packet declared lost, remembered so that its late acknowledgement is recognised.
@@ -372,7 +376,7 @@ impl SentPackets {
         }
         //= RFC 9002 §5.1: an RTT sample is taken when the largest acknowledged packet is newly
         //# acknowledged and at least one newly acknowledged packet was ack-eliciting.
-        if largest_newly_acked == Some(largest) {
+        if largest_newly_acked == Some(largest) && largest >= self.no_rtt_sample_below {
             if let Some((_, p)) = out.acked.iter().find(|(pn, _)| *pn == largest) {
                 if out.acked.iter().any(|(_, p)| p.ack_eliciting) {
                     let sample = now.saturating_duration_since(p.time);
