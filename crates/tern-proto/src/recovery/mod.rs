@@ -376,7 +376,12 @@ impl SentPackets {
         }
         //= RFC 9002 §5.1: an RTT sample is taken when the largest acknowledged packet is newly
         //# acknowledged and at least one newly acknowledged packet was ack-eliciting.
-        if largest_newly_acked == Some(largest) && largest >= self.no_rtt_sample_below {
+        // Not from an ACK whose largest is below one acknowledged before (the receiver
+        // forgot ranges an acknowledged ACK covered, then a straggler came): its ACK delay is
+        // measured from another packet's arrival.
+        let straggler = previous_largest.is_some_and(|l| largest < l);
+        if largest_newly_acked == Some(largest) && !straggler && largest >= self.no_rtt_sample_below
+        {
             if let Some((_, p)) = out.acked.iter().find(|(pn, _)| *pn == largest) {
                 if out.acked.iter().any(|(_, p)| p.ack_eliciting) {
                     let sample = now.saturating_duration_since(p.time);
@@ -1114,6 +1119,22 @@ mod tests {
         .unwrap();
         s.detect_lost(now, rtt, &mut out);
         out
+    }
+
+    #[test]
+    fn an_ack_whose_largest_went_back_gives_no_rtt_sample() {
+        let t0 = crate::cc::testing::epoch();
+        let ms = Duration::from_millis;
+        let mut rtt = RttEstimator::new(ms(20));
+        let mut s = SentPackets::default();
+        send(&mut s, t0, 10);
+        let out = ack(&mut s, t0 + ms(20), &[6..=6], &mut rtt);
+        assert!(out.rtt_sample.is_some());
+        // The receiver forgot 6 (an acknowledged ACK covered it); 5 straggles in and is
+        // acknowledged alone.
+        let out = ack(&mut s, t0 + ms(21), &[5..=5], &mut rtt);
+        assert_eq!(out.acked.len(), 1);
+        assert_eq!(out.rtt_sample, None, "its delay is another packet's");
     }
 
     #[test]
