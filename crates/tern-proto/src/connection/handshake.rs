@@ -224,12 +224,7 @@ impl Connection {
     fn handshake_train_padding(&self) -> u8 {
         let size = u64::from(self.config.max_datagram_size.max(1));
         let initial = wire::MIN_INITIAL_DATAGRAM_SIZE as u64;
-        let train = u64::from(
-            self.config
-                .probe_train_len
-                .clamp(2, crate::wire::MAX_PROBE_TRAIN),
-        )
-        .min(MAX_EARLY_PACKETS as u64);
+        let train = self.handshake_train_len();
         let needed = (train * size + 2 * initial).div_ceil(3);
         needed.saturating_sub(initial).div_ceil(initial).min(16) as u8
     }

@@ -259,9 +259,7 @@ impl Connection {
             return;
         }
         let mtu = u64::from(path.mtu.max(1));
-        let count = self
-            .configured_train_len()
-            .min(super::handshake::MAX_EARLY_PACKETS as u64);
+        let count = self.handshake_train_len();
         if count < u64::from(crate::path::probe::MIN_TRAIN_LEN) {
             return;
         }
@@ -354,6 +352,13 @@ impl Connection {
                 .probe_train_len
                 .clamp(2, crate::wire::MAX_PROBE_TRAIN),
         )
+    }
+
+    /// The length of a train with the handshake: no longer than a client keeps before it has
+    /// keys.
+    pub(crate) fn handshake_train_len(&self) -> u64 {
+        self.configured_train_len()
+            .min(super::handshake::MAX_EARLY_PACKETS as u64)
     }
 
     /// Application bytes never sent yet that the peer's credit lets go (flow data, messages,

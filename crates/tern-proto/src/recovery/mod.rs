@@ -1100,6 +1100,15 @@ mod tests {
         }
     }
 
+    /// A path with a 20 ms RTT estimate and `n` packets sent 1 ms apart from the returned
+    /// start.
+    fn sent(n: u64) -> (Instant, RttEstimator, SentPackets) {
+        let t0 = crate::cc::testing::epoch();
+        let mut s = SentPackets::default();
+        send(&mut s, t0, n);
+        (t0, RttEstimator::new(Duration::from_millis(20)), s)
+    }
+
     fn ack(
         s: &mut SentPackets,
         now: Instant,
@@ -1123,11 +1132,8 @@ mod tests {
 
     #[test]
     fn an_ack_whose_largest_went_back_gives_no_rtt_sample() {
-        let t0 = crate::cc::testing::epoch();
         let ms = Duration::from_millis;
-        let mut rtt = RttEstimator::new(ms(20));
-        let mut s = SentPackets::default();
-        send(&mut s, t0, 10);
+        let (t0, mut rtt, mut s) = sent(10);
         let out = ack(&mut s, t0 + ms(20), &[6..=6], &mut rtt);
         assert!(out.rtt_sample.is_some());
         // The receiver forgot 6 (an acknowledged ACK covered it); 5 straggles in and is
@@ -1139,11 +1145,8 @@ mod tests {
 
     #[test]
     fn a_late_ack_of_packets_taken_off_a_silent_path_is_no_reordering() {
-        let t0 = crate::cc::testing::epoch();
         let ms = Duration::from_millis;
-        let mut rtt = RttEstimator::new(ms(20));
-        let mut s = SentPackets::default();
-        send(&mut s, t0, 10);
+        let (t0, mut rtt, mut s) = sent(10);
         ack(&mut s, t0 + ms(21), &[0..=1], &mut rtt);
         // The path goes silent (or moves): everything outstanding goes elsewhere.
         assert_eq!(s.abandon(t0 + ms(100), &rtt).len(), 8);
@@ -1161,11 +1164,8 @@ mod tests {
 
     #[test]
     fn a_late_packet_is_a_spurious_loss_and_widens_the_allowance() {
-        let t0 = crate::cc::testing::epoch();
         let ms = Duration::from_millis;
-        let mut rtt = RttEstimator::new(ms(20));
-        let mut s = SentPackets::default();
-        send(&mut s, t0, 10);
+        let (t0, mut rtt, mut s) = sent(10);
         // 0..=1 and 3..=9 arrive; 2 is held back 15 ms on the way.
         ack(&mut s, t0 + ms(21), &[0..=1], &mut rtt);
         let out = ack(&mut s, t0 + ms(29), &[3..=9, 0..=1], &mut rtt);
@@ -1237,11 +1237,8 @@ mod tests {
 
     #[test]
     fn an_episode_with_one_real_loss_is_not_undone() {
-        let t0 = crate::cc::testing::epoch();
         let ms = Duration::from_millis;
-        let mut rtt = RttEstimator::new(ms(20));
-        let mut s = SentPackets::default();
-        send(&mut s, t0, 12);
+        let (t0, mut rtt, mut s) = sent(12);
         let out = ack(&mut s, t0 + ms(30), &[5..=11, 0..=0], &mut rtt);
         let lost: Vec<u64> = out.lost.iter().map(|(pn, _)| *pn).collect();
         assert_eq!(lost, vec![1, 2, 3, 4]);
