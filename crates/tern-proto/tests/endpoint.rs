@@ -2201,3 +2201,59 @@ fn stopped_flows_free_their_slots_for_the_peer() {
         pair.exchange();
     }
 }
+
+/// A message whose last fragment arrives after its deadline, in a datagram read before the
+/// receiver's expiry timer fired, is dropped as the timer would have dropped it: whether a
+/// runtime reads datagrams or fires timers first must not decide delivery (found by an
+/// outside read: it was delivered late).
+#[test]
+fn a_message_completed_after_its_deadline_is_not_delivered() {
+    use tern_proto::message::MessageOptions;
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let send = |pair: &mut Pair, deadline_ms: u64| {
+        let now = pair.now;
+        let mut opts = MessageOptions::default();
+        opts.ordered = false;
+        opts.deadline = Some(Duration::from_millis(deadline_ms));
+        let conn = pair.client.connection_mut(c).unwrap();
+        conn.send_message(now, vec![9; 3000].into(), opts).unwrap();
+        let mut buf = Vec::new();
+        let mut sent = Vec::new();
+        while let Some(t) = pair.client.poll_transmit(now, &mut buf) {
+            sent.push(buf[buf.len() - t.size..].to_vec());
+        }
+        assert!(sent.len() >= 2, "a 3 000-byte message takes two packets");
+        sent
+    };
+    let client: SocketAddr = CLIENT.parse().unwrap();
+    for (deadline_ms, delivered) in [(2_000, true), (50, false)] {
+        let _ = Pair::events(&mut pair.server);
+        let mut sent = send(&mut pair, deadline_ms);
+        let last = sent.pop().unwrap();
+        for mut d in sent {
+            pair.server.handle(pair.now, client, None, &mut d);
+        }
+        // 200 ms later, before any timer of the server's runs.
+        pair.now += Duration::from_millis(200);
+        pair.server
+            .handle(pair.now, client, None, &mut last.clone());
+        let conn = pair.server.connection_mut(s).unwrap();
+        assert_eq!(
+            conn.recv_message().is_some(),
+            delivered,
+            "deadline {deadline_ms} ms"
+        );
+        let expired = Pair::events(&mut pair.server).into_iter().any(|(_, e)| {
+            matches!(
+                e,
+                Event::MessageExpired {
+                    by_sender: false,
+                    ..
+                }
+            )
+        });
+        assert_eq!(expired, !delivered, "deadline {deadline_ms} ms");
+        pair.exchange();
+    }
+}

@@ -1350,6 +1350,17 @@ impl Connection {
         for s in self.messages_in.expire(now) {
             self.on_message_skipped(s);
         }
+        self.on_messages_ready(now, ready_before);
+    }
+
+    /// After messages may have become ready (those from index `ready_before` on): drops the
+    /// ones whose deadline passed before they could be delivered, and tells the application
+    /// of the rest, once (unread ones stay there and must not make an event of every later
+    /// fragment).
+    pub(crate) fn on_messages_ready(&mut self, now: Instant, ready_before: usize) {
+        for s in self.messages_in.drop_late(ready_before, now) {
+            self.on_message_skipped(s);
+        }
         if self.messages_in.ready.len() > ready_before {
             self.events.push_back(Event::MessageReceived);
         }

@@ -580,9 +580,7 @@ impl Connection {
                         ));
                     }
                     self.on_message_skipped(s);
-                    if self.messages_in.ready.len() > ready_before {
-                        self.events.push_back(Event::MessageReceived);
-                    }
+                    self.on_messages_ready(now, ready_before);
                 }
                 if self.messages_in.ranges() > ranges_before {
                     self.check_recv_ranges()?;
@@ -794,11 +792,7 @@ impl Connection {
         if self.messages_in.ranges() > ranges_before {
             self.check_recv_ranges()?;
         }
-        // Only when one became ready: unread ones stay there, and must not make an event of
-        // every later fragment.
-        if self.messages_in.ready.len() > ready_before {
-            self.events.push_back(Event::MessageReceived);
-        }
+        self.on_messages_ready(now, ready_before);
         Ok(())
     }
 

@@ -326,6 +326,28 @@ impl MessageReceiver {
         out
     }
 
+    /// Drops the messages made ready from index `from` on whose deadline had already passed:
+    /// they became whole, or their turn in order came, in a datagram read before the expiry
+    /// timer fired. The timer would have dropped them (PROTOCOL.md §9.17); the order in
+    /// which a runtime reads datagrams and fires timers must not decide delivery.
+    pub(crate) fn drop_late(&mut self, from: usize, now: Instant) -> Vec<Skipped> {
+        let mut out = Vec::new();
+        let mut i = from;
+        while i < self.ready.len() {
+            let late = self.ready[i].deadline.filter(|d| *d < now);
+            match late.and_then(|d| Some((d, self.ready.remove(i)?))) {
+                Some((d, m)) => out.push(Skipped {
+                    id: m.id,
+                    late_by: now - d,
+                    counted: 0,
+                    release: credit_cost(m.data.len() as u64),
+                }),
+                None => i += 1,
+            }
+        }
+        out
+    }
+
     /// The earliest receiver-side deadline (of incomplete messages, and of complete ordered
     /// ones waiting for earlier ones).
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
@@ -470,6 +492,45 @@ mod tests {
         assert_eq!(gone.len(), 2, "both expire");
         assert!(r.ready.is_empty(), "o1 is not delivered late");
         assert_eq!(r.held, 0);
+    }
+
+    #[test]
+    fn messages_made_ready_after_their_deadline_are_dropped() {
+        let t = t0();
+        let mut r = MessageReceiver::default();
+        let (o0, o1, o2) = (
+            MessageId::new(true, 0),
+            MessageId::new(true, 1),
+            MessageId::new(true, 2),
+        );
+        let d = t + Duration::from_millis(20);
+        // o1 (due at d) and o2 (no deadline) wait behind o0, which completes after d with
+        // no expiry run in between.
+        r.on_fragment(o1, 2, 0, b"ok", Some(d), None, 3, 100)
+            .unwrap();
+        r.on_fragment(o2, 2, 0, b"no", None, None, 3, 100).unwrap();
+        r.on_fragment(o0, 1, 0, b"x", None, None, 3, 100).unwrap();
+        assert_eq!(r.ready.len(), 3);
+        let late = r.drop_late(0, d + Duration::from_millis(5));
+        assert_eq!(
+            late.iter()
+                .map(|s| (s.id, s.late_by, s.release))
+                .collect::<Vec<_>>(),
+            vec![(o1, Duration::from_millis(5), credit_cost(2))]
+        );
+        assert_eq!(
+            r.ready.iter().map(|m| m.id).collect::<Vec<_>>(),
+            vec![o0, o2]
+        );
+        // At its deadline exactly a message is still on time; only those from `from` on are
+        // looked at.
+        r.on_fragment(MessageId::new(false, 0), 1, 0, b"u", Some(d), None, 3, 100)
+            .unwrap();
+        assert!(r.drop_late(0, d).is_empty());
+        let later = d + Duration::from_millis(1);
+        assert!(r.drop_late(3, later).is_empty());
+        assert_eq!(r.drop_late(2, later).len(), 1);
+        assert_eq!(r.ready.len(), 2);
     }
 
     #[test]
