@@ -89,6 +89,13 @@ pub enum ConnectionError {
     /// The peer does not speak our version.
     #[error("peer does not support tern version 1")]
     VersionMismatch,
+    /// The endpoint carrying the connection stopped: it was aborted, its socket failed, or
+    /// its task ended. Set by a runtime (the `tern` crate), never by the protocol core.
+    #[error("endpoint stopped: {reason}")]
+    EndpointStopped {
+        /// What stopped it.
+        reason: String,
+    },
 }
 
 /// Why a write to a flow failed.

@@ -34,19 +34,17 @@ pub struct Connection {
 
 impl Clone for Connection {
     fn clone(&self) -> Self {
-        if let Some(s) = self.shared.lock().state(self.id) {
-            s.handles += 1;
-        }
-        Self {
-            shared: self.shared.clone(),
-            id: self.id,
-        }
+        Self::new(self.shared.clone(), self.id)
     }
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.shared.lock().release(self.id);
+        let closed = self.shared.lock().release(self.id);
+        if closed {
+            self.shared.transmit_now();
+        }
+        self.shared.drop_handle();
     }
 }
 
@@ -74,6 +72,7 @@ impl Connection {
         if let Some(s) = shared.lock().state(id) {
             s.handles += 1;
         }
+        shared.add_handle();
         Self { shared, id }
     }
 
@@ -201,7 +200,11 @@ impl Connection {
     fn subscribe(&self, filter: crate::driver::EventFilter) -> EventStream {
         let (tx, rx) = mpsc::channel(EVENT_QUEUE);
         let lagged = Arc::new(AtomicU64::new(0));
-        if let Some(s) = self.shared.lock().state(self.id) {
+        let mut inner = self.shared.lock();
+        let dead = inner.dead.is_some();
+        // A drained connection (or a stopped endpoint) has no events to come: the stream
+        // ends at once (its sender is dropped here).
+        if let Some(s) = inner.state(self.id).filter(|s| !s.drained && !dead) {
             s.events.push(crate::driver::Subscription {
                 tx,
                 lagged: lagged.clone(),
@@ -244,7 +247,7 @@ impl Connection {
                 Ok(id) => Poll::Ready(Ok(id)),
                 Err(OpenError::Blocked) => {
                     if let Some(s) = inner.state(self.id) {
-                        s.waiters.push(cx.waker().clone());
+                        crate::driver::wait_on(&mut s.waiters, cx.waker());
                     }
                     Poll::Pending
                 }
@@ -288,7 +291,7 @@ impl Connection {
                 return Poll::Ready(Err(closed_error(&self.shared, self.id)));
             }
             if let Some(s) = inner.state(self.id) {
-                s.waiters.push(cx.waker().clone());
+                crate::driver::wait_on(&mut s.waiters, cx.waker());
             }
             Poll::Pending
         })
@@ -351,7 +354,7 @@ impl Connection {
                 drop(inner);
                 return Poll::Ready(Err(closed_error(&self.shared, self.id)));
             }
-            s.message_waiters.push(cx.waker().clone());
+            crate::driver::wait_on(&mut s.message_waiters, cx.waker());
             Poll::Pending
         })
         .await
@@ -473,7 +476,7 @@ impl Connection {
                 return Poll::Ready(Err(closed_error(&self.shared, self.id)));
             }
             if let Some(s) = inner.state(self.id) {
-                s.datagram_waiters.push(cx.waker().clone());
+                crate::driver::wait_on(&mut s.datagram_waiters, cx.waker());
             }
             Poll::Pending
         })
@@ -530,7 +533,7 @@ impl Connection {
                     Poll::Ready(s.error.clone().unwrap_or(ConnectionError::TimedOut))
                 }
                 Some(s) => {
-                    s.waiters.push(cx.waker().clone());
+                    crate::driver::wait_on(&mut s.waiters, cx.waker());
                     Poll::Pending
                 }
                 None => Poll::Ready(ConnectionError::TimedOut),

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
@@ -78,8 +78,12 @@ pub(crate) struct FlowWaits {
     pub(crate) read_wakers: HashMap<FlowId, Waker>,
     pub(crate) write_wakers: HashMap<FlowId, Waker>,
     pub(crate) finish_wakers: HashMap<FlowId, Waker>,
+    /// Of the flows with a `SendFlow` alive (`held`), those finished and acknowledged, and
+    /// those the peer stopped: kept for `finished()` and `stopped()`, and only while a
+    /// handle could ask.
     pub(crate) finished: HashSet<FlowId>,
     pub(crate) stopped: HashMap<FlowId, u64>,
+    pub(crate) held: HashSet<FlowId>,
 }
 
 /// What a connection's `request` calls wait for.
@@ -209,6 +213,15 @@ impl ConnState {
     }
 }
 
+/// Adds `waker` to a list of tasks to wake, once: a task that polls a fresh future on every
+/// turn of a loop (`select!` on `closed()` and a read) must not add a clone per turn to a
+/// list only an event drains.
+pub(crate) fn wait_on(wakers: &mut Vec<Waker>, waker: &Waker) {
+    if !wakers.iter().any(|w| w.will_wake(waker)) {
+        wakers.push(waker.clone());
+    }
+}
+
 /// State shared by the driver and the application handles.
 pub(crate) struct Inner {
     pub(crate) proto: tern_proto::Endpoint,
@@ -268,23 +281,43 @@ impl Inner {
 
     /// Writes every connection's new qlog records; closes the files of drained ones.
     fn write_qlog(&mut self) {
+        let handles: Vec<(ConnectionHandle, u64, bool)> = match self.qlog {
+            Some(_) => self
+                .conns
+                .iter()
+                .map(|(&h, s)| (h, s.generation, s.drained))
+                .collect(),
+            None => return,
+        };
+        for (handle, generation, drained) in handles {
+            self.write_qlog_of(handle, generation, drained);
+        }
+    }
+
+    /// Writes one connection's new qlog records, and closes its file if `finish`.
+    fn write_qlog_of(&mut self, handle: ConnectionHandle, generation: u64, finish: bool) {
         let Some(q) = &mut self.qlog else { return };
-        for (&handle, s) in &self.conns {
-            let Some(c) = self.proto.connection_mut(handle) else {
-                continue;
-            };
+        let mut result = Ok(());
+        if let Some(c) = self.proto.connection_mut(handle) {
             let side = c.side();
             let records = std::iter::from_fn(|| c.poll_qlog());
-            let mut result = q.write(handle, s.generation, side, records);
-            if s.drained {
-                result = result.and(q.finish(handle, s.generation));
-            }
-            if let Err(e) = result {
-                tracing::warn!("qlog: {e}; no more qlog for this endpoint");
-                self.qlog = None;
-                return;
-            }
+            result = q.write(handle, generation, side, records);
         }
+        if finish {
+            result = result.and(q.finish(handle, generation));
+        }
+        if let Err(e) = result {
+            tracing::warn!("qlog: {e}; no more qlog for this endpoint");
+            self.qlog = None;
+        }
+    }
+
+    /// Frees a drained connection nobody holds any more: its last qlog records and its
+    /// file first.
+    fn forget(&mut self, handle: ConnectionHandle, generation: u64) {
+        self.write_qlog_of(handle, generation, true);
+        self.conns.remove(&handle);
+        self.proto.release(handle);
     }
 
     /// Registers a connection the core just created.
@@ -329,23 +362,64 @@ impl Inner {
             .map(|s| &mut **s)
     }
 
-    /// The core's connection for `id`, if still alive.
+    /// The core's connection for `id`, if still alive (none once the endpoint stopped: a
+    /// core nobody drives any more would take writes that never leave).
     pub(crate) fn connection(&mut self, id: ConnectionId) -> Option<&mut tern_proto::Connection> {
+        if self.dead.is_some() {
+            return None;
+        }
         self.state(id)?;
         self.proto.connection_mut(id.handle)
     }
 
-    /// Drops the state of a drained connection nobody holds any more.
-    pub(crate) fn release(&mut self, id: ConnectionId) {
-        if let Some(s) = self.state(id) {
-            s.handles = s.handles.saturating_sub(1);
-            if s.handles == 0 && s.drained {
-                if let Some(q) = &mut self.qlog {
-                    let _ = q.finish(id.handle, id.generation);
-                }
-                self.conns.remove(&id.handle);
-                self.proto.release(id.handle);
+    /// Stops the endpoint (aborted, its socket failed, or its driver ended): every
+    /// connection ends with [`ConnectionError::EndpointStopped`], its event streams end,
+    /// and every waiting task is woken to see it.
+    pub(crate) fn stop(&mut self, reason: &str) {
+        if self.dead.is_some() {
+            return;
+        }
+        self.dead = Some(reason.to_owned());
+        for s in self.conns.values_mut() {
+            s.error
+                .get_or_insert_with(|| ConnectionError::EndpointStopped {
+                    reason: reason.to_owned(),
+                });
+            s.events.clear();
+            s.wake_all();
+        }
+        for w in self.accept_waiters.drain(..) {
+            w.wake();
+        }
+        for w in self.idle_waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// One application handle of `id` is gone. The last one frees a drained connection,
+    /// and closes a live one (code 0, no reason; what was not yet sent is dropped, as a
+    /// quinn connection is): nobody is left to use it, and left alone it would live on until
+    /// its idle timeout, or for good against a peer that keeps it alive. Returns whether it
+    /// closed one (it has a Close to send).
+    pub(crate) fn release(&mut self, id: ConnectionId) -> bool {
+        let Some(s) = self.state(id) else {
+            return false;
+        };
+        s.handles = s.handles.saturating_sub(1);
+        if s.handles > 0 {
+            return false;
+        }
+        if s.drained {
+            self.forget(id.handle, id.generation);
+            return false;
+        }
+        let dead = self.dead.is_some();
+        match self.proto.connection_mut(id.handle) {
+            Some(c) if !dead && !c.is_closed() => {
+                c.close(runtime::now(), 0, b"");
+                true
             }
+            _ => false,
         }
     }
 
@@ -392,6 +466,10 @@ pub(crate) struct Shared {
     /// (`try_lock`, never waiting while it holds `inner`) and sends at once itself
     /// ([`Shared::transmit_now`]), sparing the driver's wake-up on the way out.
     pub(crate) send: tokio::sync::Mutex<SendState>,
+    /// Application handles alive (`Endpoint` and `Connection` clones): the driver ends
+    /// once there are none and no connection is left to serve. Counted, not read from the
+    /// `Arc`'s count, so that a handle's drop can wake the driver after it no longer counts.
+    pub(crate) handles: AtomicUsize,
 }
 
 /// Buffers of the sending side, shared by the driver and inline senders.
@@ -420,7 +498,7 @@ pub(crate) struct IoCounters {
 pub struct IoStats {
     /// `sendmsg` calls (one per GSO batch or single datagram).
     pub send_calls: u64,
-    /// Datagrams those calls carried: `datagrams_sent / send_calls` is the GSO batch size.
+    /// Datagrams the kernel took: `datagrams_sent / send_calls` is the GSO batch size.
     pub datagrams_sent: u64,
     /// Sends the kernel refused (the datagrams are left to loss recovery).
     pub send_errors: u64,
@@ -436,11 +514,15 @@ pub struct IoStats {
 impl IoCounters {
     fn count_send(&self, batch: &Batch, sent: std::io::Result<()>) {
         self.send_calls.fetch_add(1, Ordering::Relaxed);
-        self.datagrams_sent
-            .fetch_add(batch.count as u64, Ordering::Relaxed);
-        if let Err(e) = sent {
-            self.send_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(dest = %batch.destination, "send error: {e}");
+        match sent {
+            Ok(()) => {
+                self.datagrams_sent
+                    .fetch_add(batch.count as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.send_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(dest = %batch.destination, "send error: {e}");
+            }
         }
     }
 
@@ -503,6 +585,11 @@ impl Shared {
                     blocked = true;
                     tx.deferred.push(batch);
                 }
+                Poll::Ready(Err(_)) if batch.count > 1 => {
+                    // Refused whole (GSO may not work here): the driver sends it one by one.
+                    blocked = true;
+                    tx.deferred.push(batch);
+                }
                 Poll::Ready(sent) => {
                     self.io.count_send(&batch, sent);
                     tx.spare.push(batch.data);
@@ -510,6 +597,19 @@ impl Shared {
             }
         }
         asleep && !blocked
+    }
+
+    /// A new application handle.
+    pub(crate) fn add_handle(&self) {
+        self.handles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An application handle is gone: the last one wakes the driver, which ends once no
+    /// connection is left (it would otherwise sleep on, holding its socket and port).
+    pub(crate) fn drop_handle(&self) {
+        if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.wake.notify_one();
+        }
     }
 
     /// Locks the state. A panic while holding the lock is a bug in tern; the state is still
@@ -534,6 +634,19 @@ struct Batch {
 }
 
 impl Batch {
+    /// One datagram of `batch`, on its own.
+    fn single(batch: &Batch, datagram: &[u8]) -> Batch {
+        Batch {
+            destination: batch.destination,
+            source: batch.source,
+            ecn: batch.ecn,
+            data: datagram.to_vec(),
+            segment: datagram.len(),
+            count: 1,
+            pmtu_probe: batch.pmtu_probe,
+        }
+    }
+
     fn transmit(&self) -> Transmit<'_> {
         Transmit {
             destination: self.destination,
@@ -548,8 +661,45 @@ impl Batch {
 /// Size of each receive buffer: the largest UDP datagram, or a GRO batch.
 const RECV_BUFFER: usize = 64 * 1024;
 
+/// Stops the endpoint when the driver ends, however it ends (a panic included): tasks
+/// waiting on it get an error instead of waiting for good.
+struct StopOnExit<'a>(&'a Shared);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        let reason = if std::thread::panicking() {
+            "the endpoint's task panicked"
+        } else {
+            "the endpoint's task ended"
+        };
+        self.0.lock().stop(reason);
+    }
+}
+
+/// Whether a receive error concerns one datagram or peer (an ICMP error on a connected
+/// socket, an interrupted call, memory short for a moment), not the socket: the driver
+/// skips it and goes on.
+fn transient(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    use std::io::ErrorKind::*;
+    matches!(
+        e.kind(),
+        ConnectionRefused
+            | ConnectionReset
+            | Interrupted
+            | WouldBlock
+            | TimedOut
+            | OutOfMemory
+            | HostUnreachable
+            | NetworkUnreachable
+    ) || [Errno::ENOBUFS, Errno::EMSGSIZE]
+        .iter()
+        .any(|n| e.raw_os_error() == Some(*n as i32))
+}
+
 /// Runs the endpoint until every handle is gone and nothing is left to send.
 pub(crate) async fn drive(shared: Arc<Shared>) {
+    let _stop = StopOnExit(&shared);
     let socket = shared.socket.clone();
     let mut storage = vec![0u8; RECV_BATCH * RECV_BUFFER];
     let mut metas = [RecvMeta::default(); RECV_BATCH];
@@ -602,7 +752,13 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
             let mut guard = shared.lock();
             let inner = &mut *guard;
             for (meta, buf) in metas.iter().zip(storage.chunks_mut(RECV_BUFFER)).take(n) {
-                let stride = meta.stride.max(1);
+                // No stride (a socket that does not say) is one datagram, not a byte each.
+                let stride = if meta.stride == 0 {
+                    meta.len
+                } else {
+                    meta.stride
+                }
+                .max(1);
                 for datagram in buf[..meta.len.min(RECV_BUFFER)].chunks_mut(stride) {
                     received += 1;
                     if let Some(steering) = &inner.steering {
@@ -677,7 +833,22 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
         for batch in deferred.into_iter().chain(batches) {
             let transmit = batch.transmit();
             let sent = std::future::poll_fn(|cx| socket.poll_send(cx, &transmit)).await;
-            shared.io.count_send(&batch, sent);
+            if sent.is_err() && batch.count > 1 {
+                // Refused whole: GSO may not work on this route (quinn-udp turns it off
+                // after EIO or EINVAL, e.g. an IPsec route or a NIC without checksum
+                // offload). The datagrams go one by one, and later batches are no larger
+                // than the socket now allows.
+                tracing::debug!(dest = %batch.destination, "GSO batch refused; sent one by one");
+                shared.lock().gso_segments = socket.max_transmit_segments().max(1);
+                for datagram in batch.data.chunks(batch.segment) {
+                    let single = Batch::single(&batch, datagram);
+                    let transmit = single.transmit();
+                    let sent = std::future::poll_fn(|cx| socket.poll_send(cx, &transmit)).await;
+                    shared.io.count_send(&single, sent);
+                }
+            } else {
+                shared.io.count_send(&batch, sent);
+            }
             tx.spare.push(batch.data);
         }
         drop(send);
@@ -686,6 +857,12 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
         let more_now = more_to_read || timeout.is_some_and(|t| t <= runtime::now());
         if more_now {
             continue;
+        }
+        if shared.handles.load(Ordering::Acquire) == 0
+            && shared.lock().proto.connection_count() == 0
+        {
+            // Every application handle is gone and no connection is left to serve.
+            return;
         }
         // Nothing to do until the next datagram: the next handshake's X25519 work now (once;
         // a handshake in flight is waiting for its peer anyway), not when it starts.
@@ -703,21 +880,14 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
         tokio::select! {
             r = recv => match r {
                 Ok(n) => waiting = n,
+                Err(e) if transient(&e) => tracing::debug!("recv error: {e}"),
                 Err(e) => {
-                    shared.lock().dead = Some(format!("socket failed: {e}"));
-                    wake_everyone(&shared);
+                    shared.lock().stop(&format!("socket failed: {e}"));
                     return;
                 }
             },
             _ = sleep => {}
             _ = shared.wake.notified() => {}
-        }
-        if Arc::strong_count(&shared) == 1 {
-            // Every application handle is gone and no connection is left to serve.
-            let inner = shared.lock();
-            if inner.proto.connection_count() == 0 {
-                return;
-            }
         }
     }
 }
@@ -855,14 +1025,18 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
             }
             Event::FlowFinished(f) => {
                 let waits = s.flow_waits();
-                waits.finished.insert(*f);
+                if waits.held.contains(f) {
+                    waits.finished.insert(*f);
+                }
                 if let Some(w) = waits.finish_wakers.remove(f) {
                     w.wake();
                 }
             }
             Event::FlowStopped { id: f, code } => {
                 let waits = s.flow_waits();
-                waits.stopped.insert(*f, *code);
+                if waits.held.contains(f) {
+                    waits.stopped.insert(*f, *code);
+                }
                 if let Some(w) = waits.write_wakers.remove(f) {
                     w.wake();
                 }
@@ -911,9 +1085,12 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
             out.push((id, event.clone()));
         }
         if matches!(event, Event::Drained) {
-            if inner.conns.get(handle).is_some_and(|s| s.handles == 0) {
-                inner.conns.remove(handle);
-                inner.proto.release(*handle);
+            if let Some(s) = inner.conns.get_mut(handle) {
+                // Nothing more will come: the streams end (their readers see `None`).
+                s.events.clear();
+                if s.handles == 0 {
+                    inner.forget(id.handle, id.generation);
+                }
             }
             if inner.is_idle() {
                 for w in inner.idle_waiters.drain(..) {
@@ -923,18 +1100,4 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
         }
     }
     out
-}
-
-/// Wakes every waiting task (the driver died).
-pub(crate) fn wake_everyone(shared: &Shared) {
-    let mut inner = shared.lock();
-    for s in inner.conns.values_mut() {
-        s.wake_all();
-    }
-    for w in inner.accept_waiters.drain(..) {
-        w.wake();
-    }
-    for w in inner.idle_waiters.drain(..) {
-        w.wake();
-    }
 }

@@ -44,11 +44,27 @@ pub enum ConnectError {
 /// let mut flow = conn.open_uni().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
 pub struct Endpoint {
     shared: Arc<Shared>,
     local: SocketAddr,
     public_key: PublicKey,
+}
+
+impl Clone for Endpoint {
+    fn clone(&self) -> Self {
+        self.shared.add_handle();
+        Self {
+            shared: self.shared.clone(),
+            local: self.local,
+            public_key: self.public_key,
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.shared.drop_handle();
+    }
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -283,6 +299,7 @@ impl Endpoint {
             forwarded: Mutex::new(Vec::new()),
             socket: Arc::from(socket),
             send: Default::default(),
+            handles: 1.into(),
         });
         tokio::spawn(driver::drive(shared.clone()));
         Ok(Self {
@@ -361,7 +378,7 @@ impl Endpoint {
                         .unwrap_or(ConnectionError::HandshakeTimedOut),
                 ))),
                 Some(s) => {
-                    s.waiters.push(cx.waker().clone());
+                    crate::driver::wait_on(&mut s.waiters, cx.waker());
                     Poll::Pending
                 }
                 None => Poll::Ready(Err(ConnectError::Connection(
@@ -384,7 +401,7 @@ impl Endpoint {
             match inner.incoming.pop_front() {
                 Some(id) => Poll::Ready(Some(id)),
                 None => {
-                    inner.accept_waiters.push(cx.waker().clone());
+                    crate::driver::wait_on(&mut inner.accept_waiters, cx.waker());
                     Poll::Pending
                 }
             }
@@ -438,7 +455,7 @@ impl Endpoint {
             if inner.is_idle() {
                 return Poll::Ready(());
             }
-            inner.idle_waiters.push(cx.waker().clone());
+            crate::driver::wait_on(&mut inner.idle_waiters, cx.waker());
             Poll::Pending
         })
         .await;
@@ -448,9 +465,8 @@ impl Endpoint {
     /// close is announced, and every waiting task gets an error. Peers find out by idle
     /// timeout (or by stateless reset if a new endpoint with the same key takes the port).
     pub fn abort(&self) {
-        self.shared.lock().dead = Some("endpoint aborted".into());
+        self.shared.lock().stop("endpoint aborted");
         self.shared.wake.notify_one();
-        driver::wake_everyone(&self.shared);
     }
 
     /// Tells every connection that this host's address `old` became `new` (a new lease, a

@@ -129,6 +129,9 @@ pub struct SendFlow {
 
 impl SendFlow {
     pub(crate) fn new(conn: Connection, id: FlowId) -> Self {
+        if let Some(s) = conn.shared.lock().state(conn.id) {
+            s.flow_waits().held.insert(id);
+        }
         Self {
             conn,
             id,
@@ -325,6 +328,18 @@ impl Drop for SendFlow {
             let id = self.id;
             let _ = self.conn.with_core(|c| c.finish(id));
         }
+        // Nobody can wait on this half any more: what was kept for its waits goes.
+        let mut inner = self.conn.shared.lock();
+        if let Some(w) = inner
+            .state(self.conn.id)
+            .and_then(|s| s.flows.as_deref_mut())
+        {
+            w.write_wakers.remove(&self.id);
+            w.finish_wakers.remove(&self.id);
+            w.finished.remove(&self.id);
+            w.stopped.remove(&self.id);
+            w.held.remove(&self.id);
+        }
     }
 }
 
@@ -511,6 +526,13 @@ impl Drop for RecvFlow {
             // Refused (and needless) when the flow already ended or was reset meanwhile.
             let id = self.id;
             let _ = self.conn.with_core(|c| c.stop_flow(id, 0));
+        }
+        let mut inner = self.conn.shared.lock();
+        if let Some(w) = inner
+            .state(self.conn.id)
+            .and_then(|s| s.flows.as_deref_mut())
+        {
+            w.read_wakers.remove(&self.id);
         }
     }
 }

@@ -57,13 +57,16 @@ pub fn write_keypair(
 #[cfg(unix)]
 fn write_private(path: &Path, text: &str) -> io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .open(path)?;
+    // `mode` applies only to a new file: an existing one (say 0644) is made private before
+    // the key goes in.
+    f.set_permissions(fs::Permissions::from_mode(0o600))?;
     writeln!(f, "{text}")
 }
 
@@ -107,6 +110,22 @@ mod tests {
             read_keypair(&dir.join("bad.key")),
             Err(KeyFileError::Format { .. })
         ));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A key written over an existing world-readable file is private afterwards.
+    #[cfg(unix)]
+    #[test]
+    fn a_private_key_written_over_a_readable_file_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tern-keys-mode-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let private = dir.join("node.key");
+        fs::write(&private, "old").unwrap();
+        fs::set_permissions(&private, fs::Permissions::from_mode(0o644)).unwrap();
+        write_keypair(&dir.join("node"), &StaticKeypair::generate([6; 32])).unwrap();
+        let mode = fs::metadata(&private).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

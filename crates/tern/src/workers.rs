@@ -76,7 +76,7 @@ impl Steering {
         let Some(w) = self.owner(proto, dcid) else {
             return false;
         };
-        if let Some(shared) = self.workers[w].upgrade() {
+        if let Some(shared) = self.workers.get(w).and_then(Weak::upgrade) {
             let mut queue = shared.forwarded.lock().unwrap_or_else(|p| p.into_inner());
             if queue.len() < FORWARD_QUEUE {
                 queue.push(Forwarded {
@@ -134,7 +134,12 @@ impl Workers {
         // Without a balancer's configuration: a local one, a random key and the worker's
         // index as its 1-byte server ID (7-byte IDs: 1 + 6 bytes of nonce).
         let (lb, server_ids) = match routable {
-            Some((lb, ids)) if ids.len() >= n => (lb, ids),
+            // Only the first `n` IDs are any worker's: a connection ID naming a later one
+            // is nobody's (handled here, like any unknown ID).
+            Some((lb, mut ids)) if ids.len() >= n => {
+                ids.truncate(n);
+                (lb, ids)
+            }
             Some((_, ids)) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
@@ -213,7 +218,7 @@ impl Workers {
                     drop(inner);
                     return Poll::Ready(Some(Connection::new(shared.clone(), id)));
                 }
-                inner.accept_waiters.push(cx.waker().clone());
+                crate::driver::wait_on(&mut inner.accept_waiters, cx.waker());
             }
             if open == 0 {
                 Poll::Ready(None)

@@ -995,7 +995,9 @@ async fn the_target_rate_and_its_events_reach_the_application() {
         AsyncReadExt::read_to_end(&mut flow, &mut data)
             .await
             .unwrap();
-        (data.len(), conn.stats())
+        // The connection handle goes back with the figures: dropping the last one would
+        // close the connection under the client's checks below.
+        (data.len(), conn.stats(), conn)
     });
     let conn = client.connect(addr, Some(key)).await.unwrap();
     let mut events = conn.events();
@@ -1004,7 +1006,7 @@ async fn the_target_rate_and_its_events_reach_the_application() {
     flow.write_all(&vec![1u8; 2_000_000]).await.unwrap();
     flow.finish().unwrap();
     flow.finished().await.unwrap();
-    let (len, server_stats) = srv.await.unwrap();
+    let (len, server_stats, _server_conn) = srv.await.unwrap();
     assert_eq!(len, 2_000_000);
     // The server echoed the (unlowered) feedback of our rate area.
     assert!(server_stats.rate_echoes_sent > 0, "{server_stats:?}");
@@ -1119,4 +1121,103 @@ async fn a_handshake_train_goes_with_the_response_over_real_sockets() {
         "a train before any data: {at_accept:?}"
     );
     assert!(after.probe_trains_sent >= 1, "{after:?}");
+}
+
+/// After `abort`, every task waiting on the endpoint's connections gets an error that names
+/// the stop instead of waiting for good, its event streams end, and its connections take
+/// no more writes (before, a waiting read, message or datagram task hung).
+#[tokio::test]
+async fn an_aborted_endpoint_fails_every_waiting_task() {
+    let server = server();
+    let client = client();
+    let addr = server.local_addr().unwrap();
+    let accepted = tokio::spawn({
+        let server = server.clone();
+        async move { server.accept().await.unwrap() }
+    });
+    let conn = client
+        .connect(addr, Some(server.public_key()))
+        .await
+        .unwrap();
+    let _server_conn = accepted.await.unwrap();
+    let mut flow = conn.open_uni().await.unwrap();
+    let mut events = conn.events();
+    let stopped = |e: &ConnectionError| matches!(e, ConnectionError::EndpointStopped { .. });
+    let message = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.recv_message().await }
+    });
+    let datagram = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.recv_datagram().await }
+    });
+    let incoming = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.accept_uni().await.map(|_| ()) }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    client.abort();
+    let within = Duration::from_secs(2);
+    let e = tokio::time::timeout(within, message).await.expect("woken");
+    assert!(stopped(&e.unwrap().unwrap_err()));
+    let e = tokio::time::timeout(within, datagram).await.expect("woken");
+    assert!(stopped(&e.unwrap().unwrap_err()));
+    let e = tokio::time::timeout(within, incoming).await.expect("woken");
+    assert!(stopped(&e.unwrap().unwrap_err()));
+    match flow.write_all(b"after the stop").await {
+        Err(tern::WriteError::ConnectionLost(e)) => assert!(stopped(&e), "{e}"),
+        other => panic!("a write after abort: {other:?}"),
+    }
+    assert!(stopped(&conn.closed().await));
+    let end = tokio::time::timeout(within, async { while events.next().await.is_some() {} });
+    end.await.expect("the event stream ends");
+}
+
+/// An endpoint whose handles are all gone ends its task and frees its port (before, the task
+/// slept on with the socket until a datagram happened to arrive).
+#[tokio::test]
+async fn an_endpoint_whose_handles_are_gone_frees_its_port() {
+    let server = server();
+    let addr = server.local_addr().unwrap();
+    drop(server);
+    for _ in 0..200 {
+        if std::net::UdpSocket::bind(addr).is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{addr} is still bound");
+}
+
+/// Dropping every handle of a live connection closes it (code 0, as quinn does): before, it
+/// lived on until its idle timeout without anyone able to use it, and the peer was not told.
+#[tokio::test]
+async fn a_connection_whose_handles_are_gone_is_closed() {
+    let server = server();
+    let client = client();
+    let addr = server.local_addr().unwrap();
+    let accepted = tokio::spawn({
+        let server = server.clone();
+        async move { server.accept().await.unwrap() }
+    });
+    let conn = client
+        .connect(addr, Some(server.public_key()))
+        .await
+        .unwrap();
+    let server_conn = accepted.await.unwrap();
+    let events = conn.events();
+    drop(conn);
+    let reason = tokio::time::timeout(Duration::from_secs(2), server_conn.closed())
+        .await
+        .expect("the peer is told");
+    assert!(
+        matches!(reason, ConnectionError::ApplicationClosed { code: 0, .. }),
+        "{reason}"
+    );
+    drop(events);
+    // Both ends free the connection once it drained.
+    tokio::time::timeout(Duration::from_secs(5), client.wait_idle())
+        .await
+        .expect("the client's connection drains");
+    assert_eq!(client.connection_count(), 0);
 }
