@@ -303,6 +303,32 @@ fn a_message_skip_cannot_grant_the_peer_credit_it_never_had() {
     assert_eq!(p.server_conn().flows.data_received, credit_cost(100));
 }
 
+/// A datagram of the largest size the connection offers is sent; one queued at that size
+/// before the path's MTU fell (a PMTU fall-back, a move) is dropped and counted, and does not
+/// hold back the ones behind it (found by an outside read: it blocked the queue for good).
+#[test]
+fn a_datagram_too_large_after_the_mtu_fell_is_dropped_not_blocking_the_queue() {
+    let mut p = Pair::new(|_| {});
+    let conn = p.client.connection_mut(p.c).unwrap();
+    let largest = conn.max_datagram_payload().unwrap();
+    conn.send_datagram(vec![1; largest].into()).unwrap();
+    p.exchange();
+    let got = p.server_conn().recv_datagram().map(|d| d.len());
+    assert_eq!(got, Some(largest), "the largest offered is sent");
+    let conn = p.client.connection_mut(p.c).unwrap();
+    conn.send_datagram(vec![2; largest].into()).unwrap();
+    conn.send_datagram(vec![3; 100].into()).unwrap();
+    conn.paths[0].mtu = 1200;
+    assert!(conn.max_datagram_payload().unwrap() < largest);
+    p.exchange();
+    let got: Vec<u8> = std::iter::from_fn(|| p.server_conn().recv_datagram())
+        .map(|d| d[0])
+        .collect();
+    assert_eq!(got, vec![3], "the small one behind it arrived");
+    let stats = p.client.connection(p.c).unwrap().stats();
+    assert_eq!(stats.datagrams_dropped, 1, "{stats:?}");
+}
+
 #[test]
 fn received_datagrams_are_bounded_in_count_and_bytes_dropping_the_oldest() {
     let mut p = Pair::new(|c| {

@@ -1042,11 +1042,21 @@ impl Connection {
     /// Queued datagrams that fit (never resent). Returns whether any was written.
     fn write_datagrams(&mut self, buf: &mut Vec<u8>, limit: usize) -> bool {
         let mut wrote = false;
+        let max = self.max_datagram_payload().unwrap_or(0);
         while let Some(d) = self.datagrams_out.front() {
-            if limit.saturating_sub(buf.len()) < d.len() + 4 {
+            if d.len() > max {
+                // Queued when the paths carried more: after a PMTU fall-back or a move no
+                // usable path carries it, and waiting would hold back every datagram behind
+                // it. Dropped and counted, as a datagram from a full queue is.
+                self.datagrams_out.pop_front();
+                self.stats.datagrams_dropped += 1;
+                continue;
+            }
+            let frame = Frame::Datagram { data: d };
+            if limit.saturating_sub(buf.len()) < frame.encoded_len() {
                 break;
             }
-            Frame::Datagram { data: d }.encode(buf);
+            frame.encode(buf);
             self.datagrams_out.pop_front();
             wrote = true;
         }
