@@ -782,3 +782,44 @@ fn a_standby_path_spends_nothing_on_pmtu_probes_until_it_takes_over() {
         paths[1].max_datagram_size
     );
 }
+
+/// A path whose RTT jumps far above its probe timeout (a loaded cellular link: 20 ms to
+/// 600 ms) is declared dead, then found alive again once its answers come: before, every
+/// probe was taken off the path before its answer came, the answer read as a late ACK of
+/// lost packets, and the path stayed dead for good (found by an outside read).
+#[test]
+fn a_path_declared_dead_for_a_sudden_delay_is_revived() {
+    let (c, s, sb) = (addr(CLIENT).ip(), addr(SERVER).ip(), addr(SERVER_B).ip());
+    let link = |ms| LinkConfig::new(10_000_000, Duration::from_millis(ms));
+    for seed in 1..=3 {
+        let t = Topology {
+            seed,
+            advertise: vec![addr(SERVER_B)],
+            client_ips: vec![],
+            links: vec![(c, s, link(10)), (c, sb, link(30))],
+            bytes: 12_000_000,
+        };
+        let mut sim = build(&t);
+        sim.schedule_in(Duration::from_secs(1), move |sim| {
+            for (from, to) in [(c, s), (s, c)] {
+                let id = sim.link_between(from, to).unwrap();
+                sim.link_mut(id).set_config(link(300));
+            }
+        });
+        let mut was_dead = false;
+        while server(&sim).app.total() < t.bytes
+            && sim.now() - sim.epoch() < Duration::from_secs(60)
+        {
+            sim.run_until(sim.now() + Duration::from_millis(50));
+            was_dead |= client_paths(&sim)[0].state == PathState::Dead;
+        }
+        assert!(was_dead, "seed {seed}: the slow path was declared dead");
+        assert_eq!(server(&sim).app.total(), t.bytes, "seed {seed}: every byte");
+        let paths = client_paths(&sim);
+        assert_eq!(paths[0].state, PathState::Active, "seed {seed}: {paths:#?}");
+        assert!(
+            paths[0].rtt > Duration::from_millis(200),
+            "seed {seed}: its RTT is the new one: {paths:#?}"
+        );
+    }
+}

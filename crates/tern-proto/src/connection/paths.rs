@@ -270,6 +270,13 @@ impl Connection {
             return false;
         }
         let path = &mut self.paths[index];
+        if path.state == PathState::Dead {
+            // Already dead: what is in flight on it are the probes asking whether it is
+            // back. Taken off too, an answer slower than the probe timeout (a path whose RTT
+            // grew while it was dark) would read as a late ACK of lost packets and never
+            // revive it.
+            return true;
+        }
         let moved = path.sent.abandon(now, &path.rtt);
         self.pmtu_on_abandoned(index, &moved);
         let path = &mut self.paths[index];

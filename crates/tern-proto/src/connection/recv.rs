@@ -365,7 +365,9 @@ impl Connection {
                         path.cc.on_ecn_ce(now, sent, ce, &path.rtt);
                     }
                 }
-                if !out.acked.is_empty() {
+                // A late ACK of packets taken off the path (declared lost, or rerouted when it
+                // went silent) shows it delivers as well as a timely one.
+                if !out.acked.is_empty() || !out.spurious.is_empty() {
                     self.on_path_answered(index);
                 }
                 let newest = out.acked.iter().map(|(pn, _)| *pn).max();
