@@ -823,3 +823,42 @@ fn a_path_declared_dead_for_a_sudden_delay_is_revived() {
         );
     }
 }
+
+/// The server withdraws the address of the client's only working path while the other path
+/// is dead: the client keeps the working one (before, the dead path counted as another, the
+/// working one was abandoned and the transfer stopped for good; found by an outside read).
+#[test]
+fn a_withdrawn_address_is_kept_while_it_is_the_last_working_path() {
+    let (c, s, sb) = (addr(CLIENT).ip(), addr(SERVER).ip(), addr(SERVER_B).ip());
+    let link = |ms| LinkConfig::new(10_000_000, Duration::from_millis(ms));
+    let t = Topology {
+        seed: 4,
+        advertise: vec![addr(SERVER_B)],
+        client_ips: vec![],
+        links: vec![(c, s, link(10)), (c, sb, link(30))],
+        bytes: 4_000_000,
+    };
+    let mut sim = build(&t);
+    sim.schedule_in(Duration::from_millis(800), move |sim| {
+        for (from, to) in [(c, s), (s, c)] {
+            let id = sim.link_between(from, to).unwrap();
+            sim.link_mut(id).set_up(false);
+        }
+    });
+    sim.schedule_in(Duration::from_millis(1_500), |sim| {
+        let host = sim.owner(addr(SERVER).ip()).unwrap();
+        let PairHost::Server(n) = sim.node_mut(host) else {
+            unreachable!()
+        };
+        let h = n.endpoint.handles().next().unwrap();
+        let conn = n.endpoint.connection_mut(h).unwrap();
+        assert!(conn.remove_address(addr(SERVER_B)));
+    });
+    sim.run_until(sim.now() + Duration::from_millis(1_400));
+    assert_eq!(client_paths(&sim)[0].state, PathState::Dead);
+    sim.run_until_done(sim.now() + Duration::from_secs(60))
+        .expect("transfer completes");
+    assert_eq!(server(&sim).app.total(), t.bytes);
+    let paths = client_paths(&sim);
+    assert_ne!(paths[1].state, PathState::Abandoned, "{paths:#?}");
+}

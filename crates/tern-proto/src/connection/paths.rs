@@ -13,6 +13,9 @@ use crate::path::{Path, PathState, MAX_CHALLENGES};
 use crate::recovery::SentPacket;
 use crate::Side;
 
+/// Peer addresses a connection keeps (advertised ones, and as many withdrawn ones).
+const MAX_PEER_ADDRESSES: usize = 16;
+
 impl Connection {
     /// Most paths this connection may hold.
     fn path_limit(&self) -> usize {
@@ -360,7 +363,7 @@ impl Connection {
     /// The peer advertised an address (AddAddress).
     pub(crate) fn on_add_address(&mut self, now: Instant, seq: u64, addr: SocketAddr) {
         if self.peer_addresses.iter().any(|(s, _)| *s == seq)
-            || self.peer_addresses.len() >= 16
+            || self.peer_addresses.len() >= MAX_PEER_ADDRESSES
             || self.removed_peer_addresses.contains(&addr)
         {
             return;
@@ -374,12 +377,16 @@ impl Connection {
     /// The application's choice for a path: active, or standby (used only while no active
     /// path works), or abandoned (never used again). The peer is told (PathStatus, §9.30), so
     /// both ends use the path alike. Returns false if there is no such path, it is already
-    /// abandoned, or `state` is `Dead` (which only the path's silence decides).
+    /// abandoned, `state` is `Dead` (which only the path's silence decides), or it would
+    /// abandon the last path that can carry data.
     pub fn set_path_state(&mut self, now: Instant, id: u32, state: PathState) -> bool {
         let Some(i) = self.path_index(id) else {
             return false;
         };
-        if state == PathState::Dead || self.paths[i].abandoned() {
+        if state == PathState::Dead
+            || self.paths[i].abandoned()
+            || (state == PathState::Abandoned && !self.has_other_path(i))
+        {
             return false;
         }
         self.apply_path_state(now, i, state, false);
@@ -447,12 +454,14 @@ impl Connection {
         self.apply_path_state(now, i, state, true);
     }
 
-    /// Whether a path other than `index` is not abandoned.
+    /// Whether a path other than `index` can carry data now (validated, neither dead nor
+    /// abandoned): a path that merely is not abandoned (dead, or never validated) would
+    /// leave the connection with nowhere to send.
     fn has_other_path(&self, index: usize) -> bool {
         self.paths
             .iter()
             .enumerate()
-            .any(|(j, p)| j != index && !p.abandoned())
+            .any(|(j, p)| j != index && p.usable())
     }
 
     /// The peer withdrew an address it advertised (RemoveAddress): the paths to it are
@@ -462,6 +471,11 @@ impl Connection {
             return;
         };
         let (_, addr) = self.peer_addresses.remove(pos);
+        // Remembered so that it is not opened again, within the same bound as the live list:
+        // a peer that adds and removes addresses in turn must not grow it without end.
+        if self.removed_peer_addresses.len() >= MAX_PEER_ADDRESSES {
+            self.removed_peer_addresses.remove(0);
+        }
         self.removed_peer_addresses.push(addr);
         for i in 0..self.paths.len() {
             if self.paths[i].remote == addr && !self.paths[i].abandoned() && self.has_other_path(i)
