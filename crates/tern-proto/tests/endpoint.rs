@@ -2257,3 +2257,38 @@ fn a_message_completed_after_its_deadline_is_not_delivered() {
         pair.exchange();
     }
 }
+
+/// Only a path's newest packet moves it to another peer address (RFC 9000 §9.3): a packet
+/// held back from before the peer moved, arriving after the move, leaves the path where it
+/// is (before, it moved the path back, restarting its state and validation; found by an
+/// outside read).
+#[test]
+fn a_late_packet_from_the_old_address_does_not_move_the_path_back() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let now = pair.now;
+    let mut sent = Vec::new();
+    for i in 0..2u8 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        conn.send_datagram(vec![i; 100].into()).unwrap();
+        let mut buf = Vec::new();
+        while let Some(t) = pair.client.poll_transmit(now, &mut buf) {
+            sent.push(buf[buf.len() - t.size..].to_vec());
+        }
+    }
+    assert_eq!(sent.len(), 2);
+    let old: SocketAddr = CLIENT.parse().unwrap();
+    let moved: SocketAddr = "127.0.0.9:6000".parse().unwrap();
+    let mut second = sent.pop().unwrap();
+    let mut first = sent.pop().unwrap();
+    pair.server.handle(now, moved, None, &mut second);
+    let remote = |pair: &Pair| pair.server.connection(s).unwrap().remote_address();
+    assert_eq!(remote(&pair), moved, "the newest packet moves the path");
+    pair.server.handle(now, old, None, &mut first);
+    assert_eq!(remote(&pair), moved, "a late one does not move it back");
+    let server = pair.server.connection_mut(s).unwrap();
+    let got: Vec<u8> = std::iter::from_fn(|| server.recv_datagram())
+        .map(|d| d[0])
+        .collect();
+    assert_eq!(got, vec![1, 0], "both were taken");
+}

@@ -122,13 +122,16 @@ impl Connection {
 
     /// An authenticated packet arrived on path `id` from `remote` to `local`: finds its path,
     /// or opens it when the peer started a new one. `None`: the packet is dropped (too many
-    /// paths).
+    /// paths). Only the path's newest packet so far (`newest`) moves it to another address
+    /// (RFC 9000 §9.3): a packet the network held back from before a move would otherwise
+    /// move it back, restarting its congestion state and validation twice.
     pub(crate) fn path_for_packet(
         &mut self,
         now: Instant,
         id: u32,
         remote: SocketAddr,
         local: Option<IpAddr>,
+        newest: bool,
     ) -> Option<usize> {
         let index = match self.path_index(id) {
             Some(i) => i,
@@ -144,7 +147,7 @@ impl Connection {
         if path.local.is_none() {
             path.local = local;
         }
-        if path.remote != remote {
+        if path.remote != remote && newest {
             self.on_peer_address_changed(now, index, remote);
         }
         Some(index)

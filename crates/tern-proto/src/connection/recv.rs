@@ -142,7 +142,9 @@ impl Connection {
         };
         let (_, body) = data.split_at_mut(header_len);
         let handshake_address = self.paths[0].remote;
-        let Some(index) = self.path_for_packet(now, u32::from(header.path_id), remote, local)
+        let newest = largest.is_none_or(|l| pn > l);
+        let Some(index) =
+            self.path_for_packet(now, u32::from(header.path_id), remote, local, newest)
         else {
             return;
         };
