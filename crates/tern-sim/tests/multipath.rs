@@ -739,8 +739,10 @@ fn a_receiving_client_whose_addresses_all_change_keeps_its_download() {
 fn a_standby_path_spends_nothing_on_pmtu_probes_until_it_takes_over() {
     // The library's default ceiling (8 972) on links of 1 472: the active path searches, the
     // standby path does not until the active one dies.
+    // Long enough that the standby path, once it carries the rest (5 Mbit/s), has time
+    // for a whole search (some 30 probes a round trip apart, three per size that fails).
     let (c, s) = (addr(CLIENT).ip(), addr(SERVER).ip());
-    let t = unequal(11, 4_000_000);
+    let t = unequal(11, 8_000_000);
     let mut sim = build_with(&t, |c| {
         c.max_pmtu = tern_proto::ConnectionConfig::default().max_pmtu;
     });
@@ -778,8 +780,9 @@ fn a_standby_path_spends_nothing_on_pmtu_probes_until_it_takes_over() {
     let paths = client_paths(&sim);
     assert!(
         paths[1].max_datagram_size > 1452,
-        "once it carries the transfer it searches: {}",
-        paths[1].max_datagram_size
+        "once it carries the transfer it searches: {} {:?}",
+        paths[1].max_datagram_size,
+        client_conn(&mut sim).stats()
     );
 }
 

@@ -632,7 +632,8 @@ impl Connection {
             let copy_len = copy.as_ref().map_or(0, |c| c.payload.len());
             if wants_ack || data_allowed {
                 let room = max_payload.saturating_sub(buf.len() - payload_start + copy_len);
-                self.write_acks(now, buf, room, &mut frames);
+                let only = (purpose == Purpose::Acks).then_some(index);
+                self.write_acks(now, buf, room, only, &mut frames);
             }
             if let Some(copy) =
                 copy.filter(|c| buf.len() - payload_start + c.payload.len() <= max_payload)
@@ -810,9 +811,21 @@ impl Connection {
         now: Instant,
         buf: &mut Vec<u8>,
         room: usize,
+        only: Option<usize>,
         frames: &mut crate::recovery::SentFrames,
     ) {
-        let due = self.paths.iter().filter(|p| p.has_ack_to_send()).count();
+        // An ACK-only packet on path `only` carries that path's ACK, and those of paths that
+        // cannot send their own: were `only` broken in our direction, the others' ACKs would
+        // be lost with it and their senders left waiting (PROTOCOL.md §5.4).
+        let wanted = |i: usize, p: &crate::path::Path| {
+            p.has_ack_to_send()
+                && only.is_none_or(|o| {
+                    o == i || p.abandoned() || p.amplification_budget() < super::MIN_PACKET_BUDGET
+                })
+        };
+        let due = (0..self.paths.len())
+            .filter(|&i| wanted(i, &self.paths[i]))
+            .count();
         if due == 0 {
             return;
         }
@@ -820,7 +833,7 @@ impl Connection {
         let budget = (room / 2 / due).max(ACK_ROOM.min(room));
         for index in 0..self.paths.len() {
             let path = &self.paths[index];
-            if !path.has_ack_to_send() {
+            if !wanted(index, path) {
                 continue;
             }
             let id = path.id;

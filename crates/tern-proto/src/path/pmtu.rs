@@ -206,10 +206,15 @@ impl Pmtud {
             return;
         }
         if self.recheck.is_some_and(|r| r.0 == size) {
-            // The black hole is confirmed: search below it.
-            self.recheck = None;
-            self.ceiling = self.ceiling.min(u32::from(size));
-            self.failures = 0;
+            // Lost like any probe (the congestion that looked like a black hole may still
+            // be there): asked again, up to `MAX_PROBES` times in all. Then the black hole
+            // is confirmed: search below it.
+            self.failures += 1;
+            if self.failures >= MAX_PROBES {
+                self.recheck = None;
+                self.ceiling = self.ceiling.min(u32::from(size));
+                self.failures = 0;
+            }
             return;
         }
         if size == self.probing {
@@ -275,14 +280,15 @@ impl Pmtud {
     }
 
     /// Falls back to the base size after a black hole and searches again from there: first
-    /// one probe at the size that failed; if that is lost too, below it (only the re-search
-    /// timer tries larger sizes again); if it gets through, the search goes on as before the
-    /// fall-back. Returns the new datagram size.
+    /// probes at the size that failed (up to `MAX_PROBES`, as for any size); if all are
+    /// lost too, below it (only the re-search timer tries larger sizes again); if one gets
+    /// through, the search goes on as before the fall-back. Returns the new datagram size.
     ///
     /// Losses are indirect evidence: a failover or a burst of drop-tail overflow can lose
-    /// several full-size packets in a row while a small PTO probe gets through. One probe
-    /// at the old size tells the two apart: a path that still carries it is back at its
-    /// size after a round trip, not searching below it until the re-search timer.
+    /// several full-size packets in a row while a small PTO probe gets through. Probes at
+    /// the old size tell the two apart: a path that still carries it is back at its size
+    /// after a round trip or three, not searching below it until the re-search timer. (One
+    /// probe was not enough: the overflow that looked like a black hole often took it too.)
     pub(crate) fn fall_back(&mut self) -> u16 {
         let (failed, ceiling) = (self.current, self.ceiling);
         self.current = BASE_PLPMTU;
@@ -410,11 +416,14 @@ mod tests {
         assert!(q.black_hole());
         assert_eq!(p.fall_back(), BASE_PLPMTU);
         assert!(!p.black_hole());
-        // The size that failed is probed once; lost, the search goes below it.
+        // The size that failed is probed again, up to three times; all lost, the search
+        // goes below it.
         let now = crate::cc::testing::epoch();
-        assert_eq!(p.poll_probe(now), Some(9000));
-        p.on_probe_sent(40, 9000);
-        p.on_probe_lost(40, 9000);
+        for pn in 40..43 {
+            assert_eq!(p.poll_probe(now), Some(9000));
+            p.on_probe_sent(pn, 9000);
+            p.on_probe_lost(pn, 9000);
+        }
         assert_eq!(p.poll_probe(now), Some(5100));
     }
 
@@ -454,5 +463,41 @@ mod tests {
         assert_eq!(p.on_probe_acked(7, 1472), Some(1472));
         assert_eq!(p.current, 1472);
         assert_eq!(p.poll_probe(t0), Some(9000), "the search goes on upwards");
+    }
+
+    #[test]
+    fn a_recheck_lost_to_congestion_is_asked_again_before_the_black_hole_is_confirmed() {
+        let t0 = crate::cc::testing::epoch();
+        let fallen = || {
+            let mut p = Pmtud::new(true, 1452, 9000, Duration::from_secs(600));
+            p.current = 1472;
+            for i in 0..3 {
+                p.on_packet_lost(1472, t0 + Duration::from_millis(i));
+            }
+            p.on_packet_acked(1200, t0 + Duration::from_millis(5));
+            assert!(p.black_hole());
+            p.fall_back();
+            p
+        };
+        // Lost twice, then through: back at 1 472 and searching upwards.
+        let mut p = fallen();
+        for pn in 1..=2 {
+            assert_eq!(p.poll_probe(t0), Some(1472), "probe {pn}");
+            p.on_probe_sent(pn, 1472);
+            p.on_probe_lost(pn, 1472);
+        }
+        assert_eq!(p.poll_probe(t0), Some(1472));
+        p.on_probe_sent(3, 1472);
+        assert_eq!(p.on_probe_acked(3, 1472), Some(1472));
+        assert_eq!(p.poll_probe(t0), Some(9000));
+        // Lost three times: confirmed, the search goes below it.
+        let mut p = fallen();
+        for pn in 1..=3 {
+            assert_eq!(p.poll_probe(t0), Some(1472), "probe {pn}");
+            p.on_probe_sent(pn, 1472);
+            p.on_probe_lost(pn, 1472);
+        }
+        let next = p.poll_probe(t0);
+        assert!(next.is_some_and(|s| s < 1472), "{next:?}");
     }
 }
