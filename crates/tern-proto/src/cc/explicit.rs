@@ -371,7 +371,13 @@ impl Explicit {
     }
 
     fn enter_fallback(&mut self, now: Instant, why: &'static str) {
-        let rate = self.explicit_pace();
+        // What the path delivered, not the bound's allowance (twice that): seeded with the
+        // allowance, a fresh controller would open to it, and a forged stamp flipping the
+        // mode every few round trips would double the rate each cycle with nothing
+        // delivered behind it (the next explicit period seeds its filter from this window).
+        let rate = self
+            .delivery_max()
+            .map_or_else(|| self.explicit_pace(), |d| d.min(self.explicit_pace()));
         debug!(
             path = self.info.path_id,
             rate, why, "explicit rate: fallback mode"

@@ -940,6 +940,44 @@ fn a_forged_high_stamp_does_not_raise_the_rate_above_the_bound() {
 }
 
 #[test]
+fn forged_stamps_that_flip_the_mode_do_not_ratchet_the_rate_up() {
+    // Someone on the path rewrites the feedback to 10 Gbit/s and to "no router" in turn,
+    // each for a few round trips, so the controller keeps switching between explicit and
+    // fallback mode. Each switch must start from what the path delivered, not from the
+    // bound's allowance (twice that): before, every cycle could double the window with no
+    // delivery behind it (found by an outside read).
+    let link = ten_megabit(0.0);
+    let forged = 10_000_000_000u64 / 8;
+    let out = simulate_with(
+        &ExplicitConfig::default(),
+        link,
+        Duration::from_secs(20),
+        3,
+        &|t| {
+            if (t.as_millis() / 300) % 2 == 0 {
+                Some(Some(forged))
+            } else {
+                Some(None)
+            }
+        },
+    );
+    let max = out.max_send_rate(Duration::from_secs(1));
+    let m = out.metrics.expect("metrics");
+    eprintln!(
+        "flipping forged stamps on 10 Mbit/s: utilisation {:.3}, queue {:?}, loss {:.4}, \
+         max send {:.1} Mbit/s, {m:?}",
+        out.utilisation,
+        out.mean_queue,
+        out.loss_rate,
+        max * 8e-6
+    );
+    // The bound holds (twice what the path delivered, over any second); each explicit
+    // period still starts at that allowance, so the flipping costs loss (about 10 % here,
+    // left as it is: see PROTOCOL.md §13.2).
+    assert!(max <= 2.1 * link.rate, "sent at {:.1} Mbit/s", max * 8e-6);
+}
+
+#[test]
 fn explicit_keeps_the_stamped_rate_through_random_loss_but_congestion_loss_throttles() {
     // 1 % radio loss with an honest stamp at the link rate: the loss is not congestion (the
     // shadow CUBIC's random-loss tolerance), the stamp holds.
