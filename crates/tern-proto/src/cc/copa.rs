@@ -74,7 +74,8 @@
 //!   window of packets.
 //! - App-limited ACKs never grow the window.
 //! - [`Controller::on_rate_estimate`]: with an RTT sample, the window becomes `rate × RTTmin`
-//!   (the measured bandwidth-delay product) and slow start ends, since its job is done.
+//!   (the measured bandwidth-delay product) if that is larger (an estimate never shrinks
+//!   it, as with Classic), and slow start ends, since its job is done.
 //!
 //!
 //! # δ on tern's links: the burst floor
@@ -827,7 +828,9 @@ impl Controller for Copa {
         let Some(min) = rtt.min() else {
             return;
         };
-        self.set_cwnd(bytes_per_second as f64 * min.as_secs_f64());
+        // Never shrinks the window (as Classic): a train read low by cross traffic, or one
+        // after an idle spell, must not cut a window the ACKs have been driving.
+        self.set_cwnd(self.cwnd.max(bytes_per_second as f64 * min.as_secs_f64()));
         self.slow_start = false;
     }
 
@@ -1381,6 +1384,12 @@ mod tests {
         cc.on_rate_estimate(t, 6_250_000, &rtt_with(40 * MS, 45 * MS));
         assert_eq!(cc.window(), 250_000);
         assert!(!cc.in_slow_start());
+        // A later, lower estimate (a train after idle, read low by cross traffic) does not
+        // cut the window; a higher one opens it.
+        cc.on_rate_estimate(t, 1_250_000, &rtt_with(40 * MS, 45 * MS));
+        assert_eq!(cc.window(), 250_000);
+        cc.on_rate_estimate(t, 12_500_000, &rtt_with(40 * MS, 45 * MS));
+        assert_eq!(cc.window(), 500_000);
     }
 
     #[test]

@@ -393,7 +393,7 @@ impl Udt {
             Some(_) => self.last_rc = Some(now),
         }
         let acked = std::mem::take(&mut self.acked_since_rc);
-        if self.slow_start {
+        if self.slow_start && !app_limited {
             //= udt4 ccc.cpp CUDTCC::onACK
             //# m_dCWndSize += CSeqNo::seqlen(m_iLastAck, ack);
             self.cwnd += acked as f64 / self.mss as f64;
@@ -478,9 +478,15 @@ impl Controller for Udt {
         app_limited: bool,
         rtt: &RttEstimator,
     ) {
-        let _ = (sent, app_limited);
+        let _ = sent;
         self.srtt = rtt.smoothed();
-        self.acked_since_rc = self.acked_since_rc.saturating_add(bytes);
+        // Slow start grows by what the network took for a sender that filled its window:
+        // a packet sent while the application had nothing more says nothing of the path
+        // (RFC 9002 §7.8), and counting it let an idle-ish sender's window climb to the
+        // maximum, to be spent in one burst at twice the window per RTT later.
+        if !app_limited {
+            self.acked_since_rc = self.acked_since_rc.saturating_add(bytes);
+        }
         self.delivery.on_ack(now, bytes, self.srtt.max(SYN));
     }
 
@@ -777,6 +783,28 @@ mod tests {
         assert_eq!(cc.rate_packets(), rate);
         ack(&mut cc, t + 30 * MS, 2, &rtt);
         assert!(cc.rate_packets() > rate);
+    }
+
+    #[test]
+    fn slow_start_does_not_grow_on_what_an_application_limited_sender_sent() {
+        let rtt = rtt_with(40 * MS, 40 * MS);
+        let mut cc = udt();
+        let mut t = epoch();
+        ack(&mut cc, t, 0, &rtt);
+        for _ in 0..20 {
+            t += SYN;
+            // Packets sent while the application had nothing more to send.
+            for _ in 0..4 {
+                cc.on_ack(t, t - rtt.smoothed(), MSS, true, &rtt);
+            }
+            cc.on_end_acks(t, 0, true, Some(t - rtt.smoothed()));
+        }
+        assert_eq!(cc.window(), 16 * MSS, "no growth from app-limited ACKs");
+        assert!(cc.in_slow_start());
+        // The same ACKs from a sender that filled its window do grow it.
+        t += SYN;
+        ack(&mut cc, t, 4, &rtt);
+        assert_eq!(cc.window(), 20 * MSS);
     }
 
     #[test]

@@ -711,7 +711,10 @@ impl Connection {
         // delivery rate is about window / smoothed RTT; a train may show at most 4× that (the
         // link may have grown idle, not quadrupled).
         let mut rate = rate;
-        if path.cc.metrics().ssthresh.is_some() && path.rtt.has_sample() {
+        // (A loss-based controller has left it once it has a slow-start threshold; BBR, Copa
+        // and UDT keep none, and say whether they are in it.)
+        let m = path.cc.metrics();
+        if (m.ssthresh.is_some() || !m.in_slow_start) && path.rtt.has_sample() {
             let nanos = path.rtt.smoothed().as_nanos().max(1);
             let delivery = u128::from(path.cc.window()) * 1_000_000_000 / nanos;
             let cap = u64::try_from(delivery.saturating_mul(4)).unwrap_or(u64::MAX);
