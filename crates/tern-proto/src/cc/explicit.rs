@@ -38,7 +38,9 @@
 //!      tolerance — or persistent congestion, or more than [`LOSS_RATIO`] of a round trip's
 //!      bytes lost, or an ECN CE mark: cut to [`BETA`] (0.7); a standing queue — the least
 //!      RTT sample (less the peer's ACK delay) of the last half smoothed RTT at least
-//!      `max(min_rtt / 4, 5 ms, 3 datagrams at the current rate)` above `min_rtt`
+//!      `max(base / 4, 5 ms, 3 datagrams at the current rate)` above the base RTT, the least
+//!      sample of the last [`BASE_RTT_WINDOW`] (10 s; not the connection's minimum, so that a
+//!      path that became longer is not a queue for good)
 //!      ([`QUEUE_DELAY_DIVISOR`], [`MIN_QUEUE_DELAY`], [`QUEUE_PACKETS`]): cut to
 //!      [`DELAY_BETA`] (0.85). A windowed minimum, not the smoothed RTT: a radio link's
 //!      scheduling swings the delay by tens of milliseconds with no queue at all, and a paced
@@ -117,6 +119,11 @@ pub const MIN_QUEUE_DELAY: Duration = Duration::from_millis(5);
 /// paced flow near a slow link's rate waits a datagram or two behind its own previous ones
 /// (and, on a radio link, for the next transmission opportunity) with no queue built up.
 pub const QUEUE_PACKETS: u64 = 3;
+
+/// Span of the base-RTT filter the queueing delay is measured against (BBR's and Copa's
+/// 10 s): long enough to hold a sample from a moment the queue was empty, short enough to
+/// follow a path that became longer.
+pub const BASE_RTT_WINDOW: Duration = Duration::from_secs(10);
 
 /// Probe timeouts (`smoothed_rtt + 4 × rttvar`) plus one maximum ACK delay without a RateEcho,
 /// while ACKs arrive, after which the path counts as without a router.
@@ -212,6 +219,11 @@ pub struct Explicit {
     /// The least RTT sample (less ACK delay) of the last half smoothed RTT: the queue every
     /// packet waits in.
     standing: Windowed,
+    /// The path's base RTT: the least sample (less ACK delay) of the last
+    /// [`BASE_RTT_WINDOW`]. Not the connection's minimum, which never forgets: after a
+    /// handover to a longer path every packet would show a "queue" of the difference, and
+    /// cut after cut would pin the rate near `3 datagrams / difference` for good.
+    base: Windowed,
     /// [`RttEstimator::sample_count`] when `standing` last took a sample.
     standing_count: u64,
     mss: u64,
@@ -248,6 +260,7 @@ impl Explicit {
             grown_at: None,
             rtt: None,
             standing: Windowed::new(false),
+            base: Windowed::new(false),
             standing_count: 0,
             mss: u64::from(info.max_datagram_size).max(1),
             explicit_events: 0,
@@ -458,7 +471,7 @@ impl Explicit {
     /// milliseconds from one scheduling gap to the next while the queue stays empty, and only
     /// a queue that every packet waits in is the sender's doing.
     fn queue_too_long(&mut self, now: Instant) -> bool {
-        let Some(min) = self.rtt.as_ref().and_then(RttEstimator::min) else {
+        let Some(min) = self.base.get(now, BASE_RTT_WINDOW) else {
             return false;
         };
         let Some(standing) = self.standing.get(now, self.smoothed() / 2) else {
@@ -531,6 +544,7 @@ impl Controller for Explicit {
         {
             self.standing_count = rtt.sample_count();
             self.standing.push(now, rtt.latest_adjusted());
+            self.base.push(now, rtt.latest_adjusted());
         }
         if self.mode != Mode::Explicit {
             return;
@@ -772,6 +786,34 @@ mod tests {
         rounds(&mut cc, now, &rtt, 1, None);
         assert_eq!(cc.mode(), Mode::Fallback);
         assert_eq!(cc.mode_switches(), 2);
+    }
+
+    #[test]
+    fn a_path_that_became_longer_is_not_read_as_a_queue_for_good() {
+        // A handover to a longer path (same addresses): every RTT sample from then on is 60
+        // ms above the connection's minimum. Measured against that minimum it was a queue at
+        // every round trip, and the rate stayed pinned near 3 datagrams / 60 ms, whatever the
+        // router stamped (found by an outside read); against a 10 s window it is the new base.
+        let stamp = 1_250_000; // 10 Mbit/s
+        let mut cc = explicit();
+        let mut rtt = rtt_with(40 * MS, 40 * MS);
+        // Round trips with one new RTT sample of `sample` each.
+        let mut run = |cc: &mut Explicit, rtt: &mut RttEstimator, mut now, n, sample| {
+            for _ in 0..n {
+                rtt.update(Duration::ZERO, sample);
+                now = rounds(cc, now, rtt, 1, Some(stamp));
+            }
+            now
+        };
+        let now = run(&mut cc, &mut rtt, epoch(), 20, 40 * MS);
+        assert_eq!(cc.pacing_rate(&rtt), Some(stamp));
+        let now = run(&mut cc, &mut rtt, now, 300, 100 * MS);
+        assert_eq!(rtt.min(), Some(40 * MS), "the connection's minimum stays");
+        let rate = cc.pacing_rate(&rtt).expect("paced");
+        assert!(rate >= stamp * 9 / 10, "{rate} of {stamp}");
+        // A queue on the new path is still one.
+        run(&mut cc, &mut rtt, now, 5, 160 * MS);
+        assert!(cc.pacing_rate(&rtt).expect("paced") < stamp * 9 / 10);
     }
 
     #[test]
