@@ -1673,7 +1673,9 @@ impl Controller for Bbr {
         }
         if persistent_congestion {
             // The RTO analogue: back to the minimum window, grow again from what is delivered.
-            self.save_undo();
+            // Never undone (PROTOCOL.md §11.5): a late ACK of one of the packets does not
+            // mean the path carried the window through the blackout.
+            self.undo = None;
             self.prior_cwnd = self.cwnd;
             self.cwnd = self.minimum_window();
             self.spreads.clear();
@@ -2590,6 +2592,13 @@ mod tests {
         let &(sent, _, _) = path.packets.back().expect("in flight");
         cc.on_congestion_event(path.now, sent, path.in_flight, true, &path.rtt);
         assert_eq!(cc.window(), 4 * MSS);
+        // A late ACK that makes the losses spurious does not undo it (PROTOCOL.md §11.5).
+        cc.on_spurious_congestion_event();
+        assert_eq!(
+            cc.window(),
+            4 * MSS,
+            "persistent congestion is never undone"
+        );
         let m = cc.metrics();
         assert_eq!(m.persistent_congestion_events, 1);
         assert!(m.congestion_events >= 1);
