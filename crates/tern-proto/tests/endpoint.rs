@@ -2292,3 +2292,84 @@ fn a_late_packet_from_the_old_address_does_not_move_the_path_back() {
         .collect();
     assert_eq!(got, vec![1, 0], "both were taken");
 }
+
+/// A receive-only client behind a NAT whose port changes (rebinding, the client unaware):
+/// its first packet from the new port is an ACK of some 40 bytes, which leaves the server a
+/// budget of three times that toward the unproven address. The server still challenges it
+/// (unpadded, within the budget); the answer validates the address and the download goes on
+/// (before, nothing under 200 bytes was sent, and the connection waited for the client to
+/// say more, which a receiver with nothing in flight never does; found by an outside read).
+#[test]
+fn a_download_survives_a_nat_rebinding_announced_by_an_ack_alone() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    let total = 300_000usize;
+    let conn = pair.server.connection_mut(s).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, &vec![7u8; total]).unwrap();
+    conn.finish(flow).unwrap();
+    // Some of it arrives, then the client's NAT picks a new port.
+    let now = pair.now;
+    let mut buf = Vec::new();
+    let server: SocketAddr = SERVER.parse().unwrap();
+    for _ in 0..5 {
+        if let Some(t) = pair.server.poll_transmit(now, &mut buf) {
+            let mut d = buf[buf.len() - t.size..].to_vec();
+            pair.client.handle(now, server, None, &mut d);
+        }
+    }
+    let rebound: SocketAddr = "127.0.0.1:6001".parse().unwrap();
+    pair.now += Duration::from_millis(30);
+    pair.client.handle_timeout(pair.now);
+    let mut acks = Vec::new();
+    while let Some(t) = pair.client.poll_transmit(pair.now, &mut buf) {
+        acks.push(buf[buf.len() - t.size..].to_vec());
+    }
+    assert!(!acks.is_empty(), "the client acknowledges");
+    assert!(
+        acks.iter().all(|a| a.len() < 100),
+        "ACK-only: {:?}",
+        acks.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    for mut a in acks {
+        pair.server.handle(pair.now, rebound, None, &mut a);
+    }
+    // From now on the client's datagrams come from the new port.
+    let mut received = 0usize;
+    for _ in 0..400 {
+        let mut progress = false;
+        let now = pair.now;
+        while let Some(t) = pair.server.poll_transmit(now, &mut buf) {
+            let mut d = buf[buf.len() - t.size..].to_vec();
+            pair.client.handle(now, server, None, &mut d);
+            progress = true;
+        }
+        while let Some(t) = pair.client.poll_transmit(now, &mut buf) {
+            let mut d = buf[buf.len() - t.size..].to_vec();
+            pair.server.handle(now, rebound, None, &mut d);
+            progress = true;
+        }
+        let conn = pair.client.connection_mut(c).unwrap();
+        let mut chunk = [0u8; 65536];
+        while let Ok(Some(n)) = conn.read(flow, &mut chunk) {
+            received += n;
+        }
+        if received == total {
+            break;
+        }
+        if !progress {
+            let next = [pair.client.poll_timeout(), pair.server.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(t) = next else { break };
+            pair.now = pair.now.max(t);
+            pair.client.handle_timeout(pair.now);
+            pair.server.handle_timeout(pair.now);
+        }
+    }
+    assert_eq!(received, total, "the download went on after the rebinding");
+    let path = &pair.server.connection(s).unwrap().path_stats()[0];
+    assert_eq!(path.remote, rebound);
+    assert!(path.validated);
+}

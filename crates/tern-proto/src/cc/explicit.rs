@@ -798,7 +798,7 @@ mod tests {
         let mut cc = explicit();
         let mut rtt = rtt_with(40 * MS, 40 * MS);
         // Round trips with one new RTT sample of `sample` each.
-        let mut run = |cc: &mut Explicit, rtt: &mut RttEstimator, mut now, n, sample| {
+        let run = |cc: &mut Explicit, rtt: &mut RttEstimator, mut now, n, sample| {
             for _ in 0..n {
                 rtt.update(Duration::ZERO, sample);
                 now = rounds(cc, now, rtt, 1, Some(stamp));

@@ -35,6 +35,11 @@ const FLOW_FRAME_OVERHEAD: usize = 1 + 8 + 8 + 4;
 /// amplification limit allows), so that validating a path also proves it carries them.
 const PATH_PROBE_SIZE: usize = 1200;
 
+/// The least anti-amplification budget a packet carrying only a path challenge or response
+/// is sent within (header, frame, tag and a little room): below [`super::MIN_PACKET_BUDGET`],
+/// which other packets need.
+const MIN_CHALLENGE_BUDGET: u64 = 64;
+
 /// Bytes an ACK gets at least when the packet has them: enough for an ACK_ECN frame with a
 /// few ranges. With less room (a packet that a redundant copy fills) an ACK that does not fit
 /// stays due.
@@ -552,7 +557,17 @@ impl Connection {
         let path = &self.paths[index];
         let mtu = usize::from(path.mtu);
         let budget = path.amplification_budget();
-        if (budget as usize) < mtu.min(super::MIN_PACKET_BUDGET as usize) {
+        // A challenge or response goes within a smaller budget, unpadded (RFC 9000 §8.2.1):
+        // a client whose NAT rebound announces its new port with an ACK of some 40 bytes,
+        // and a receiver with nothing in flight says nothing more until it hears from us.
+        let owes_validation = purpose == Purpose::PathWork
+            && ((path.challenge_pending && path.challenge.is_some()) || !path.responses.is_empty());
+        let floor = if owes_validation {
+            MIN_CHALLENGE_BUDGET
+        } else {
+            super::MIN_PACKET_BUDGET
+        };
+        if (budget as usize) < mtu.min(floor as usize) {
             return None;
         }
         let mtu = mtu.min(budget as usize);
