@@ -165,23 +165,12 @@ fn a_client_with_two_interfaces_opens_a_path_from_each() {
 
 #[test]
 fn a_path_that_goes_dark_is_declared_dead_and_its_data_moves_to_the_other() {
-    let (c, s, sb) = (addr(CLIENT).ip(), addr(SERVER).ip(), addr(SERVER_B).ip());
-    let link = |ms| LinkConfig::new(10_000_000, Duration::from_millis(ms));
     for seed in 1..=5 {
-        let t = Topology {
-            seed,
-            advertise: vec![addr(SERVER_B)],
-            client_ips: vec![],
-            links: vec![(c, s, link(10)), (c, sb, link(30))],
-            bytes: 4_000_000,
-        };
+        let t = two_server_addresses(seed, 4_000_000);
         let mut sim = build(&t);
         // The fast path (the first) blackholes 1 s in, both ways, for good.
-        sim.schedule_in(Duration::from_secs(1), move |sim| {
-            for (from, to) in [(c, s), (s, c)] {
-                let id = sim.link_between(from, to).unwrap();
-                sim.link_mut(id).set_up(false);
-            }
+        sim.schedule_in(Duration::from_secs(1), |sim| {
+            first_link(sim, |l| l.set_up(false))
         });
         sim.run_until_done(sim.now() + Duration::from_secs(60))
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
@@ -274,6 +263,33 @@ fn unequal(seed: u64, bytes: u64) -> Topology {
             (c, sb, LinkConfig::new(5_000_000, Duration::from_millis(40))),
         ],
         bytes,
+    }
+}
+
+/// Two paths at 10 Mbit/s: the client to the server's first address (10 ms each way) and to
+/// its second (30 ms).
+fn two_server_addresses(seed: u64, bytes: u64) -> Topology {
+    let (c, s, sb) = (addr(CLIENT).ip(), addr(SERVER).ip(), addr(SERVER_B).ip());
+    Topology {
+        seed,
+        advertise: vec![addr(SERVER_B)],
+        client_ips: vec![],
+        links: vec![(c, s, ten_megabit(10)), (c, sb, ten_megabit(30))],
+        bytes,
+    }
+}
+
+fn ten_megabit(one_way_ms: u64) -> LinkConfig {
+    LinkConfig::new(10_000_000, Duration::from_millis(one_way_ms))
+}
+
+/// Applies `change` to both directions of the link between the client and the server's
+/// first address.
+fn first_link(sim: &mut Simulation<PairHost>, change: impl Fn(&mut tern_sim::Link)) {
+    let (c, s) = (addr(CLIENT).ip(), addr(SERVER).ip());
+    for (from, to) in [(c, s), (s, c)] {
+        let id = sim.link_between(from, to).unwrap();
+        change(sim.link_mut(id));
     }
 }
 
@@ -792,22 +808,11 @@ fn a_standby_path_spends_nothing_on_pmtu_probes_until_it_takes_over() {
 /// lost packets, and the path stayed dead for good (found by an outside read).
 #[test]
 fn a_path_declared_dead_for_a_sudden_delay_is_revived() {
-    let (c, s, sb) = (addr(CLIENT).ip(), addr(SERVER).ip(), addr(SERVER_B).ip());
-    let link = |ms| LinkConfig::new(10_000_000, Duration::from_millis(ms));
     for seed in 1..=3 {
-        let t = Topology {
-            seed,
-            advertise: vec![addr(SERVER_B)],
-            client_ips: vec![],
-            links: vec![(c, s, link(10)), (c, sb, link(30))],
-            bytes: 12_000_000,
-        };
+        let t = two_server_addresses(seed, 12_000_000);
         let mut sim = build(&t);
-        sim.schedule_in(Duration::from_secs(1), move |sim| {
-            for (from, to) in [(c, s), (s, c)] {
-                let id = sim.link_between(from, to).unwrap();
-                sim.link_mut(id).set_config(link(300));
-            }
+        sim.schedule_in(Duration::from_secs(1), |sim| {
+            first_link(sim, |l| l.set_config(ten_megabit(300)))
         });
         let mut was_dead = false;
         while server(&sim).app.total() < t.bytes
@@ -832,21 +837,10 @@ fn a_path_declared_dead_for_a_sudden_delay_is_revived() {
 /// working one was abandoned and the transfer stopped for good; found by an outside read).
 #[test]
 fn a_withdrawn_address_is_kept_while_it_is_the_last_working_path() {
-    let (c, s, sb) = (addr(CLIENT).ip(), addr(SERVER).ip(), addr(SERVER_B).ip());
-    let link = |ms| LinkConfig::new(10_000_000, Duration::from_millis(ms));
-    let t = Topology {
-        seed: 4,
-        advertise: vec![addr(SERVER_B)],
-        client_ips: vec![],
-        links: vec![(c, s, link(10)), (c, sb, link(30))],
-        bytes: 4_000_000,
-    };
+    let t = two_server_addresses(4, 4_000_000);
     let mut sim = build(&t);
-    sim.schedule_in(Duration::from_millis(800), move |sim| {
-        for (from, to) in [(c, s), (s, c)] {
-            let id = sim.link_between(from, to).unwrap();
-            sim.link_mut(id).set_up(false);
-        }
+    sim.schedule_in(Duration::from_millis(800), |sim| {
+        first_link(sim, |l| l.set_up(false))
     });
     sim.schedule_in(Duration::from_millis(1_500), |sim| {
         let host = sim.owner(addr(SERVER).ip()).unwrap();

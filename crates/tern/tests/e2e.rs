@@ -21,6 +21,20 @@ fn client() -> Endpoint {
     Endpoint::client(StaticKeypair::generate(tern::entropy())).unwrap()
 }
 
+/// A connection from `client` to `server`: the client's end and the server's.
+async fn connected(server: &Endpoint, client: &Endpoint) -> (tern::Connection, tern::Connection) {
+    let accepted = tokio::spawn({
+        let server = server.clone();
+        async move { server.accept().await.unwrap() }
+    });
+    let addr = server.local_addr().unwrap();
+    let conn = client
+        .connect(addr, Some(server.public_key()))
+        .await
+        .unwrap();
+    (conn, accepted.await.unwrap())
+}
+
 /// Each flow carries a random payload; the server echoes a SHA-like digest back on the same
 /// (two-way) flow: here simply the bytes' sum and length, checked against the sender's.
 async fn concurrent_flows(ik: bool) {
@@ -1128,18 +1142,8 @@ async fn a_handshake_train_goes_with_the_response_over_real_sockets() {
 /// no more writes (before, a waiting read, message or datagram task hung).
 #[tokio::test]
 async fn an_aborted_endpoint_fails_every_waiting_task() {
-    let server = server();
-    let client = client();
-    let addr = server.local_addr().unwrap();
-    let accepted = tokio::spawn({
-        let server = server.clone();
-        async move { server.accept().await.unwrap() }
-    });
-    let conn = client
-        .connect(addr, Some(server.public_key()))
-        .await
-        .unwrap();
-    let _server_conn = accepted.await.unwrap();
+    let (server, client) = (server(), client());
+    let (conn, _server_conn) = connected(&server, &client).await;
     let mut flow = conn.open_uni().await.unwrap();
     let mut events = conn.events();
     let stopped = |e: &ConnectionError| matches!(e, ConnectionError::EndpointStopped { .. });
@@ -1193,18 +1197,8 @@ async fn an_endpoint_whose_handles_are_gone_frees_its_port() {
 /// lived on until its idle timeout without anyone able to use it, and the peer was not told.
 #[tokio::test]
 async fn a_connection_whose_handles_are_gone_is_closed() {
-    let server = server();
-    let client = client();
-    let addr = server.local_addr().unwrap();
-    let accepted = tokio::spawn({
-        let server = server.clone();
-        async move { server.accept().await.unwrap() }
-    });
-    let conn = client
-        .connect(addr, Some(server.public_key()))
-        .await
-        .unwrap();
-    let server_conn = accepted.await.unwrap();
+    let (server, client) = (server(), client());
+    let (conn, server_conn) = connected(&server, &client).await;
     let events = conn.events();
     drop(conn);
     let reason = tokio::time::timeout(Duration::from_secs(2), server_conn.closed())

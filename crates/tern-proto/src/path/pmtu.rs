@@ -447,9 +447,9 @@ mod tests {
         assert_eq!(p.poll_probe(t0), Some(9000));
     }
 
-    #[test]
-    fn a_black_hole_read_from_congestion_is_undone_by_one_probe() {
-        let t0 = crate::cc::testing::epoch();
+    /// A path at 1 472 bytes that lost three full-size packets while a small one got
+    /// through at `t0`: a black hole, read from what may be congestion; fallen back.
+    fn fallen_from_1472(t0: Instant) -> Pmtud {
         let mut p = Pmtud::new(true, 1452, 9000, Duration::from_secs(600));
         p.current = 1472;
         for i in 0..3 {
@@ -458,6 +458,13 @@ mod tests {
         p.on_packet_acked(1200, t0 + Duration::from_millis(5));
         assert!(p.black_hole());
         assert_eq!(p.fall_back(), BASE_PLPMTU);
+        p
+    }
+
+    #[test]
+    fn a_black_hole_read_from_congestion_is_undone_by_one_probe() {
+        let t0 = crate::cc::testing::epoch();
+        let mut p = fallen_from_1472(t0);
         assert_eq!(p.poll_probe(t0), Some(1472));
         p.on_probe_sent(7, 1472);
         assert_eq!(p.on_probe_acked(7, 1472), Some(1472));
@@ -468,19 +475,8 @@ mod tests {
     #[test]
     fn a_recheck_lost_to_congestion_is_asked_again_before_the_black_hole_is_confirmed() {
         let t0 = crate::cc::testing::epoch();
-        let fallen = || {
-            let mut p = Pmtud::new(true, 1452, 9000, Duration::from_secs(600));
-            p.current = 1472;
-            for i in 0..3 {
-                p.on_packet_lost(1472, t0 + Duration::from_millis(i));
-            }
-            p.on_packet_acked(1200, t0 + Duration::from_millis(5));
-            assert!(p.black_hole());
-            p.fall_back();
-            p
-        };
         // Lost twice, then through: back at 1 472 and searching upwards.
-        let mut p = fallen();
+        let mut p = fallen_from_1472(t0);
         for pn in 1..=2 {
             assert_eq!(p.poll_probe(t0), Some(1472), "probe {pn}");
             p.on_probe_sent(pn, 1472);
@@ -491,7 +487,7 @@ mod tests {
         assert_eq!(p.on_probe_acked(3, 1472), Some(1472));
         assert_eq!(p.poll_probe(t0), Some(9000));
         // Lost three times: confirmed, the search goes below it.
-        let mut p = fallen();
+        let mut p = fallen_from_1472(t0);
         for pn in 1..=3 {
             assert_eq!(p.poll_probe(t0), Some(1472), "probe {pn}");
             p.on_probe_sent(pn, 1472);
