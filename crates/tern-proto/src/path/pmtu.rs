@@ -74,8 +74,9 @@ pub(crate) struct Pmtud {
     /// When the latest packet acknowledged that was smaller than those (or than the base
     /// size) was sent: a black hole needs one sent after the streak began.
     small_acked: Option<Instant>,
-    /// The size a black hole was found at, probed once first by the search that follows,
-    /// and the search's ceiling before it (restored if the probe gets through).
+    /// The size a black hole was found at, probed first (up to `MAX_PROBES` times) by the
+    /// search that follows, and the search's ceiling before it (restored if a probe gets
+    /// through).
     recheck: Option<(u16, u32)>,
 }
 
