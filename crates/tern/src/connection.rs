@@ -18,6 +18,13 @@ use crate::flow::{RecvFlow, SendFlow};
 
 /// An established tern connection. Cheap to clone; every clone is the same connection.
 ///
+/// Dropping the last handle (clones, and the flow halves, which hold one each) closes the
+/// connection with code 0 and drops what was not sent yet, as quinn does; [`close`] and
+/// [`closed`] end it gracefully.
+///
+/// [`close`]: Connection::close
+/// [`closed`]: Connection::closed
+///
 /// ```no_run
 /// # async fn f(conn: tern::Connection) -> Result<(), Box<dyn std::error::Error>> {
 /// use tokio::io::AsyncWriteExt;

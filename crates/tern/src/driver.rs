@@ -374,10 +374,14 @@ impl Inner {
 
     /// Stops the endpoint (aborted, its socket failed, or its driver ended): every
     /// connection ends with [`ConnectionError::EndpointStopped`], its event streams end,
-    /// and every waiting task is woken to see it.
-    pub(crate) fn stop(&mut self, reason: &str) {
+    /// and every waiting task is woken to see it. Returns the subscriptions taken off, for
+    /// the caller to drop once the lock is released (a filter may hold a `Connection`, whose
+    /// drop takes the lock).
+    #[must_use]
+    pub(crate) fn stop(&mut self, reason: &str) -> Vec<Subscription> {
+        let mut ended = Vec::new();
         if self.dead.is_some() {
-            return;
+            return ended;
         }
         self.dead = Some(reason.to_owned());
         for s in self.conns.values_mut() {
@@ -385,7 +389,7 @@ impl Inner {
                 .get_or_insert_with(|| ConnectionError::EndpointStopped {
                     reason: reason.to_owned(),
                 });
-            s.events.clear();
+            ended.append(&mut s.events);
             s.wake_all();
         }
         for w in self.accept_waiters.drain(..) {
@@ -394,6 +398,7 @@ impl Inner {
         for w in self.idle_waiters.drain(..) {
             w.wake();
         }
+        ended
     }
 
     /// One application handle of `id` is gone. The last one frees a drained connection,
@@ -512,16 +517,17 @@ pub struct IoStats {
 }
 
 impl IoCounters {
-    fn count_send(&self, batch: &Batch, sent: std::io::Result<()>) {
+    /// One send call of `count` datagrams to `dest`.
+    fn count_send(&self, dest: &SocketAddr, count: usize, sent: std::io::Result<()>) {
         self.send_calls.fetch_add(1, Ordering::Relaxed);
         match sent {
             Ok(()) => {
                 self.datagrams_sent
-                    .fetch_add(batch.count as u64, Ordering::Relaxed);
+                    .fetch_add(count as u64, Ordering::Relaxed);
             }
             Err(e) => {
                 self.send_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(dest = %batch.destination, "send error: {e}");
+                tracing::debug!(%dest, "send error: {e}");
             }
         }
     }
@@ -585,13 +591,13 @@ impl Shared {
                     blocked = true;
                     tx.deferred.push(batch);
                 }
-                Poll::Ready(Err(_)) if batch.count > 1 => {
-                    // Refused whole (GSO may not work here): the driver sends it one by one.
+                Poll::Ready(Err(_)) if gso_refused(&*self.socket, &batch) => {
+                    // GSO does not work here: the driver sends it one by one.
                     blocked = true;
                     tx.deferred.push(batch);
                 }
                 Poll::Ready(sent) => {
-                    self.io.count_send(&batch, sent);
+                    self.io.count_send(&batch.destination, batch.count, sent);
                     tx.spare.push(batch.data);
                 }
             }
@@ -604,10 +610,18 @@ impl Shared {
         self.handles.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// An application handle is gone: the last one wakes the driver, which ends once no
-    /// connection is left (it would otherwise sleep on, holding its socket and port).
+    /// An application handle is gone. The last one closes what nobody can use any more
+    /// (connections not accepted yet, or still in their handshake, as `Endpoint::close` with
+    /// code 0 does) and wakes the driver, which ends once no connection is left (it would
+    /// otherwise sleep on, holding its socket and port).
     pub(crate) fn drop_handle(&self) {
         if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let mut inner = self.lock();
+            if inner.closing.is_none() && inner.dead.is_none() {
+                inner.closing = Some((0, Vec::new()));
+                inner.close_all(runtime::now());
+            }
+            drop(inner);
             self.wake.notify_one();
         }
     }
@@ -634,19 +648,6 @@ struct Batch {
 }
 
 impl Batch {
-    /// One datagram of `batch`, on its own.
-    fn single(batch: &Batch, datagram: &[u8]) -> Batch {
-        Batch {
-            destination: batch.destination,
-            source: batch.source,
-            ecn: batch.ecn,
-            data: datagram.to_vec(),
-            segment: datagram.len(),
-            count: 1,
-            pmtu_probe: batch.pmtu_probe,
-        }
-    }
-
     fn transmit(&self) -> Transmit<'_> {
         Transmit {
             destination: self.destination,
@@ -656,6 +657,14 @@ impl Batch {
             segment_size: (self.count > 1).then_some(self.segment),
         }
     }
+}
+
+/// Whether a GSO batch the kernel refused failed as a batch (the socket now allows fewer
+/// segments than it holds: quinn-udp lowers the limit when GSO itself fails), not for a
+/// reason every datagram shares (an unreachable network), which sending them one by one
+/// would only repeat.
+fn gso_refused(socket: &dyn AsyncUdpSocket, batch: &Batch) -> bool {
+    batch.count > 1 && socket.max_transmit_segments() < batch.count
 }
 
 /// Size of each receive buffer: the largest UDP datagram, or a GRO batch.
@@ -672,7 +681,8 @@ impl Drop for StopOnExit<'_> {
         } else {
             "the endpoint's task ended"
         };
-        self.0.lock().stop(reason);
+        let ended = self.0.lock().stop(reason);
+        drop(ended);
     }
 }
 
@@ -704,6 +714,7 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
     let mut storage = vec![0u8; RECV_BATCH * RECV_BUFFER];
     let mut metas = [RecvMeta::default(); RECV_BATCH];
     let mut events: Vec<(ConnectionHandle, Event)> = Vec::new();
+    let mut ended: Vec<Subscription> = Vec::new();
     // Buffers the wait below filled, to hand to the core first.
     let mut waiting = 0;
     let mut forwarded = Vec::new();
@@ -799,7 +810,7 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
             while let Some(e) = inner.proto.poll_event() {
                 events.push(e);
             }
-            let upcalls = dispatch(&mut inner, &events);
+            let upcalls = dispatch(&mut inner, &events, &mut ended);
             // After dispatch, under the same lock: a connection it found drained has its
             // file complete before anyone woken by that can look.
             inner.write_qlog();
@@ -811,6 +822,7 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
                 inner.upcalls.clone()
             };
             drop(inner);
+            ended.clear();
             for (id, event) in upcalls {
                 for call in &calls {
                     call(id, &event);
@@ -833,21 +845,23 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
         for batch in deferred.into_iter().chain(batches) {
             let transmit = batch.transmit();
             let sent = std::future::poll_fn(|cx| socket.poll_send(cx, &transmit)).await;
-            if sent.is_err() && batch.count > 1 {
-                // Refused whole: GSO may not work on this route (quinn-udp turns it off
-                // after EIO or EINVAL, e.g. an IPsec route or a NIC without checksum
-                // offload). The datagrams go one by one, and later batches are no larger
-                // than the socket now allows.
+            if sent.is_err() && gso_refused(&*socket, &batch) {
+                // GSO does not work on this route: quinn-udp lowered the socket's segment
+                // limit after EIO or EINVAL (an IPsec route, a NIC without checksum
+                // offload). The datagrams go one by one, and later batches follow the limit.
                 tracing::debug!(dest = %batch.destination, "GSO batch refused; sent one by one");
                 shared.lock().gso_segments = socket.max_transmit_segments().max(1);
                 for datagram in batch.data.chunks(batch.segment) {
-                    let single = Batch::single(&batch, datagram);
-                    let transmit = single.transmit();
+                    let transmit = Transmit {
+                        contents: datagram,
+                        segment_size: None,
+                        ..batch.transmit()
+                    };
                     let sent = std::future::poll_fn(|cx| socket.poll_send(cx, &transmit)).await;
-                    shared.io.count_send(&single, sent);
+                    shared.io.count_send(&batch.destination, 1, sent);
                 }
             } else {
-                shared.io.count_send(&batch, sent);
+                shared.io.count_send(&batch.destination, batch.count, sent);
             }
             tx.spare.push(batch.data);
         }
@@ -882,7 +896,8 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
                 Ok(n) => waiting = n,
                 Err(e) if transient(&e) => tracing::debug!("recv error: {e}"),
                 Err(e) => {
-                    shared.lock().stop(&format!("socket failed: {e}"));
+                    let ended = shared.lock().stop(&format!("socket failed: {e}"));
+                    drop(ended);
                     return;
                 }
             },
@@ -986,7 +1001,14 @@ fn accept_incoming(inner: &mut Inner) {
 
 /// Wakes the tasks waiting on these events and returns the ones up-calls should see (none
 /// when no up-call is registered).
-fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(ConnectionId, Event)> {
+///
+/// Subscriptions that end go to `ended`, for the caller to drop once the lock is released:
+/// a filter may hold a `Connection`, whose drop takes the lock.
+fn dispatch(
+    inner: &mut Inner,
+    events: &[(ConnectionHandle, Event)],
+    ended: &mut Vec<Subscription>,
+) -> Vec<(ConnectionId, Event)> {
     // New incoming connections first, so that their events below find their state.
     accept_incoming(inner);
     let upcalls = !inner.upcalls.is_empty();
@@ -1068,7 +1090,7 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
             }
             _ => {}
         }
-        s.events.retain(|sub| {
+        let keep = |sub: &Subscription| {
             if sub.filter.as_ref().is_some_and(|wants| !wants(event)) {
                 return !sub.tx.is_closed();
             }
@@ -1080,14 +1102,21 @@ fn dispatch(inner: &mut Inner, events: &[(ConnectionHandle, Event)]) -> Vec<(Con
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
             }
-        });
+        };
+        for sub in std::mem::take(&mut s.events) {
+            if keep(&sub) {
+                s.events.push(sub);
+            } else {
+                ended.push(sub);
+            }
+        }
         if upcalls {
             out.push((id, event.clone()));
         }
         if matches!(event, Event::Drained) {
             if let Some(s) = inner.conns.get_mut(handle) {
                 // Nothing more will come: the streams end (their readers see `None`).
-                s.events.clear();
+                ended.append(&mut s.events);
                 if s.handles == 0 {
                     inner.forget(id.handle, id.generation);
                 }

@@ -119,7 +119,10 @@ impl From<ReadExactError> for io::Error {
 /// written is delivered and the peer's read ends normally. That suits the common pattern of
 /// writing and letting the half go out of scope; but a flow abandoned halfway (an early `?`
 /// return) then looks complete to the peer. Where that matters, call [`SendFlow::reset`]
-/// before giving up: the peer's read then fails with [`ReadError::Reset`].
+/// before giving up: the peer's read then fails with [`ReadError::Reset`]. What was written
+/// is delivered only while the connection lives: if this half held the connection's last
+/// handle, the connection closes with it and unsent data is dropped; keep a handle (or await
+/// [`SendFlow::finished`]) until the data is acknowledged.
 pub struct SendFlow {
     conn: Connection,
     id: FlowId,
@@ -129,9 +132,20 @@ pub struct SendFlow {
 
 impl SendFlow {
     pub(crate) fn new(conn: Connection, id: FlowId) -> Self {
-        if let Some(s) = conn.shared.lock().state(conn.id) {
-            s.flow_waits().held.insert(id);
+        let mut inner = conn.shared.lock();
+        // The peer may have stopped it before we took it (an accepted two-way flow): its
+        // FlowStopped event passed while no handle held it, so the state is read here.
+        let stopped = inner
+            .connection(conn.id)
+            .and_then(|c| c.flow_stop_requested(id));
+        if let Some(s) = inner.state(conn.id) {
+            let waits = s.flow_waits();
+            waits.held.insert(id);
+            if let Some(code) = stopped {
+                waits.stopped.insert(id, code);
+            }
         }
+        drop(inner);
         Self {
             conn,
             id,

@@ -1215,3 +1215,42 @@ async fn a_connection_whose_handles_are_gone_is_closed() {
         .expect("the client's connection drains");
     assert_eq!(client.connection_count(), 0);
 }
+
+/// The peer stops our sending half of a two-way flow before we accept the flow: `stopped()`
+/// on the accepted half still sees its code (the event passed while no handle held the
+/// flow; found by an outside read of this session's change).
+#[tokio::test]
+async fn a_flow_stopped_before_it_is_accepted_reports_the_stop() {
+    let (server, client) = (server(), client());
+    let (conn, server_conn) = connected(&server, &client).await;
+    let (mut tx, mut rx) = conn.open_bi().await.unwrap();
+    tx.write_all(b"opens the flow").await.unwrap();
+    rx.stop(7).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (mut their_tx, _their_rx) = server_conn.accept_bi().await.unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(2), their_tx.stopped())
+        .await
+        .expect("the stop is known");
+    assert_eq!(code.unwrap(), 7);
+}
+
+/// A server endpoint dropped without `close` closes the connections nobody accepted (they
+/// were never handed to anyone who could close them; before, they lived until the idle
+/// timeout, and the endpoint's task and port with them).
+#[tokio::test]
+async fn a_dropped_server_closes_the_connections_nobody_accepted() {
+    let (server, client) = (server(), client());
+    let addr = server.local_addr().unwrap();
+    let conn = client
+        .connect(addr, Some(server.public_key()))
+        .await
+        .unwrap();
+    drop(server);
+    let reason = tokio::time::timeout(Duration::from_secs(2), conn.closed())
+        .await
+        .expect("the client is told");
+    assert!(
+        matches!(reason, ConnectionError::ApplicationClosed { code: 0, .. }),
+        "{reason}"
+    );
+}

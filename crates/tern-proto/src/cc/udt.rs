@@ -393,7 +393,7 @@ impl Udt {
             Some(_) => self.last_rc = Some(now),
         }
         let acked = std::mem::take(&mut self.acked_since_rc);
-        if self.slow_start && !app_limited {
+        if self.slow_start {
             //= udt4 ccc.cpp CUDTCC::onACK
             //# m_dCWndSize += CSeqNo::seqlen(m_iLastAck, ack);
             self.cwnd += acked as f64 / self.mss as f64;

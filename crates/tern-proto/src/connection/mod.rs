@@ -473,6 +473,12 @@ impl Connection {
         Ok(len)
     }
 
+    /// The code of the peer's StopSending for our sending half of `id`, if it sent one (a
+    /// runtime that hands out a flow after the event may have passed asks here).
+    pub fn flow_stop_requested(&self, id: FlowId) -> Option<u64> {
+        self.flows.flows.get(&id)?.send.as_ref()?.stop_requested
+    }
+
     fn writable_len(&mut self, id: FlowId, want: usize) -> Result<usize, WriteError> {
         if self.is_closed() {
             return Err(WriteError::ConnectionClosed);
@@ -665,19 +671,22 @@ impl Connection {
 
     /// The largest datagram that fits in one packet now, or `None` if the peer takes none.
     pub fn max_datagram_payload(&self) -> Option<usize> {
+        self.datagram_payload(false)
+    }
+
+    /// The datagram payload the usable paths carry: all of them (`largest` false: what
+    /// `send_datagram` accepts), or at least one (`largest`: whether a queued one can still
+    /// leave).
+    pub(crate) fn datagram_payload(&self, largest: bool) -> Option<usize> {
         let peer = self.peer_params.as_ref()?.max_datagram_frame_size;
         if peer == 0 {
             return None;
         }
         // Short header (up to 14 bytes, 22 with the explicit-rate area on any path), AEAD
         // tag, frame type and length varints.
-        let mtu = self
-            .paths
-            .iter()
-            .filter(|p| p.usable())
-            .map(|p| p.mtu)
-            .min()
-            .unwrap_or(self.paths[0].mtu);
+        let usable = self.paths.iter().filter(|p| p.usable()).map(|p| p.mtu);
+        let mtu = if largest { usable.max() } else { usable.min() };
+        let mtu = mtu.unwrap_or(self.paths[0].mtu);
         let area = if self.paths.iter().any(|p| p.cc.wants_rate_area()) {
             crate::wire::RATE_AREA_LEN
         } else {

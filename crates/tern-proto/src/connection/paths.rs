@@ -276,13 +276,9 @@ impl Connection {
             return false;
         }
         let path = &mut self.paths[index];
-        if path.state == PathState::Dead {
-            // Already dead: what is in flight on it are the probes asking whether it is
-            // back. Taken off too, an answer slower than the probe timeout (a path whose RTT
-            // grew while it was dark) would read as a late ACK of lost packets and never
-            // revive it.
-            return true;
-        }
+        // (Already dead: the probes in flight are taken off too, so that they do not pile
+        // up over hours of silence; an answer slower than the probe timeout still revives the
+        // path, as a late ACK of what was taken off, `on_path_answered`.)
         let moved = path.sent.abandon(now, &path.rtt);
         self.pmtu_on_abandoned(index, &moved);
         let path = &mut self.paths[index];

@@ -36,9 +36,20 @@ const FLOW_FRAME_OVERHEAD: usize = 1 + 8 + 8 + 4;
 const PATH_PROBE_SIZE: usize = 1200;
 
 /// The least anti-amplification budget a packet carrying only a path challenge or response
-/// is sent within (header, frame, tag and a little room): below [`super::MIN_PACKET_BUDGET`],
-/// which other packets need.
+/// is sent within: the largest header, the tag, one such frame and its trailer, with a few
+/// bytes to spare; below [`super::MIN_PACKET_BUDGET`], which other packets need.
 const MIN_CHALLENGE_BUDGET: u64 = 64;
+
+/// A PathChallenge or PathResponse frame: type and 8 bytes.
+const VALIDATION_FRAME_LEN: usize = 9;
+
+/// Frames a packet may end with after its ACKs: a Ping and an AckRequest (one byte each).
+const TRAILER_LEN: usize = 2;
+
+const _: () = assert!(
+    wire::MAX_SHORT_HEADER_LEN + TAG_LEN + VALIDATION_FRAME_LEN + TRAILER_LEN
+        <= MIN_CHALLENGE_BUDGET as usize
+);
 
 /// Bytes an ACK gets at least when the packet has them: enough for an ACK_ECN frame with a
 /// few ranges. With less room (a packet that a redundant copy fills) an ACK that does not fit
@@ -628,8 +639,17 @@ impl Connection {
             }
         } else {
             if path_work {
+                // Each challenge or response only if it fits, with room left for the Ping and
+                // AckRequest a probe ends with: within a small budget (down to
+                // MIN_CHALLENGE_BUDGET) one frame may be all that fits; the rest wait.
+                let fits = |buf: &Vec<u8>| {
+                    buf.len() - payload_start + VALIDATION_FRAME_LEN + TRAILER_LEN <= max_payload
+                };
                 let path = &mut self.paths[index];
-                if let Some(data) = path.challenge.filter(|_| path.challenge_pending) {
+                if let Some(data) = path
+                    .challenge
+                    .filter(|_| path.challenge_pending && fits(buf))
+                {
                     Frame::PathChallenge { data }.encode(buf);
                     frames.push(SentFrame::PathChallenge(path_id));
                     path.challenge_pending = false;
@@ -638,7 +658,10 @@ impl Connection {
                     ack_eliciting = true;
                     pad_to = PATH_PROBE_SIZE;
                 }
-                while let Some(data) = path.responses.pop_front() {
+                while fits(buf) {
+                    let Some(data) = path.responses.pop_front() else {
+                        break;
+                    };
                     Frame::PathResponse { data }.encode(buf);
                     ack_eliciting = true;
                     pad_to = PATH_PROBE_SIZE;
@@ -646,7 +669,8 @@ impl Connection {
             }
             let copy_len = copy.as_ref().map_or(0, |c| c.payload.len());
             if wants_ack || data_allowed {
-                let room = max_payload.saturating_sub(buf.len() - payload_start + copy_len);
+                let used = buf.len() - payload_start + copy_len + TRAILER_LEN;
+                let room = max_payload.saturating_sub(used);
                 let only = (purpose == Purpose::Acks).then_some(index);
                 self.write_acks(now, buf, room, only, &mut frames);
             }
@@ -1070,12 +1094,16 @@ impl Connection {
     /// Queued datagrams that fit (never resent). Returns whether any was written.
     fn write_datagrams(&mut self, buf: &mut Vec<u8>, limit: usize) -> bool {
         let mut wrote = false;
-        let max = self.max_datagram_payload().unwrap_or(0);
+        if self.datagrams_out.is_empty() {
+            return false;
+        }
+        let max = self.datagram_payload(true).unwrap_or(0);
         while let Some(d) = self.datagrams_out.front() {
             if d.len() > max {
                 // Queued when the paths carried more: after a PMTU fall-back or a move no
                 // usable path carries it, and waiting would hold back every datagram behind
-                // it. Dropped and counted, as a datagram from a full queue is.
+                // it. Dropped and counted, as a datagram from a full queue is. (One that only
+                // this packet's path cannot carry waits for a path that can.)
                 self.datagrams_out.pop_front();
                 self.stats.datagrams_dropped += 1;
                 continue;
