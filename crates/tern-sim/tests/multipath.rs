@@ -381,12 +381,7 @@ fn a_withdrawn_server_address_is_abandoned_and_its_data_moves() {
     let t = unequal(12, 3_000_000);
     let mut sim = build(&t);
     sim.schedule_in(Duration::from_millis(800), |sim| {
-        let host = sim.owner(addr(SERVER).ip()).unwrap();
-        let PairHost::Server(n) = sim.node_mut(host) else {
-            unreachable!()
-        };
-        let h = n.endpoint.handles().next().unwrap();
-        let conn = n.endpoint.connection_mut(h).unwrap();
+        let conn = server_conn(sim);
         assert!(conn.remove_address(addr(SERVER_B)));
         assert!(!conn.remove_address(addr(SERVER_B)), "once");
     });
@@ -843,13 +838,7 @@ fn a_withdrawn_address_is_kept_while_it_is_the_last_working_path() {
         first_link(sim, |l| l.set_up(false))
     });
     sim.schedule_in(Duration::from_millis(1_500), |sim| {
-        let host = sim.owner(addr(SERVER).ip()).unwrap();
-        let PairHost::Server(n) = sim.node_mut(host) else {
-            unreachable!()
-        };
-        let h = n.endpoint.handles().next().unwrap();
-        let conn = n.endpoint.connection_mut(h).unwrap();
-        assert!(conn.remove_address(addr(SERVER_B)));
+        assert!(server_conn(sim).remove_address(addr(SERVER_B)));
     });
     sim.run_until(sim.now() + Duration::from_millis(1_400));
     assert_eq!(client_paths(&sim)[0].state, PathState::Dead);
