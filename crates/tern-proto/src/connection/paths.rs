@@ -13,6 +13,10 @@ use crate::path::{Path, PathState, MAX_CHALLENGES};
 use crate::recovery::SentPacket;
 use crate::Side;
 
+/// Probes a dead path keeps in flight at most (two per probe timeout: about a minute's worth
+/// at the 2 s probe interval).
+const MAX_DEAD_PATH_PROBES: usize = 64;
+
 /// Peer addresses a connection keeps (advertised ones, and as many withdrawn ones).
 const MAX_PEER_ADDRESSES: usize = 16;
 
@@ -276,9 +280,22 @@ impl Connection {
             return false;
         }
         let path = &mut self.paths[index];
-        // (Already dead: the probes in flight are taken off too, so that they do not pile
-        // up over hours of silence; an answer slower than the probe timeout still revives the
-        // path, as a late ACK of what was taken off, `on_path_answered`.)
+        let probes = || {
+            path.sent
+                .packets
+                .values()
+                .filter(|p| p.ack_eliciting)
+                .count()
+        };
+        if path.state == PathState::Dead && probes() < MAX_DEAD_PATH_PROBES {
+            // Already dead: what is in flight on it are the probes asking whether it is
+            // back. Left there, an answer slower than the probe timeout is an acknowledgement
+            // that revives the path at once (taking them off at every timeout cost 5–7 % of
+            // `multipath --quick`'s unequal goodput, 0.93–0.95 of MPTCP's against 1.02, and
+            // so did a bound of 8); beyond the bound they are taken off, so that hours of
+            // silence do not pile them up.
+            return true;
+        }
         let moved = path.sent.abandon(now, &path.rtt);
         self.pmtu_on_abandoned(index, &moved);
         let path = &mut self.paths[index];
