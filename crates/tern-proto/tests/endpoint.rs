@@ -24,6 +24,13 @@ fn config(seed: u8, server: bool) -> EndpointConfig {
     }
 }
 
+/// A pair whose server lets the client have at most `limit` one-way flows open at once.
+fn pair_with_uni_limit(limit: u64) -> Pair {
+    let mut server = config(2, true);
+    server.connection.flows.max_concurrent_uni = limit;
+    Pair::new(config(1, false), server)
+}
+
 /// A configuration with a wall clock (the same on both ends), for first-flight freshness.
 fn clocked(seed: u8, server: bool) -> EndpointConfig {
     let mut c = config(seed, server);
@@ -86,6 +93,16 @@ impl Pair {
             }
         }
         panic!("endpoints never went quiet");
+    }
+
+    /// Everything the client sends at `sent`, handed to the server at `arrives`.
+    fn client_to_server(&mut self, sent: Instant, arrives: Instant) {
+        let client: SocketAddr = CLIENT.parse().unwrap();
+        let mut out = Vec::new();
+        while let Some(t) = self.client.poll_transmit(sent, &mut out) {
+            let mut d = out[out.len() - t.size..].to_vec();
+            self.server.handle(arrives, client, None, &mut d);
+        }
     }
 
     /// Lets time pass to the next timer of either side and runs it.
@@ -513,9 +530,7 @@ fn reading_a_reset_flow_reports_the_code() {
 #[test]
 fn flows_the_peer_reset_give_their_place_back_once_read() {
     // A peer that resets every flow it opens must not use up the flow limit for good.
-    let mut server = config(2, true);
-    server.connection.flows.max_concurrent_uni = 4;
-    let mut pair = Pair::new(config(1, false), server);
+    let mut pair = pair_with_uni_limit(4);
     let (c, s) = connect(&mut pair, true);
     for round in 0..10 {
         let conn = pair.client.connection_mut(c).unwrap();
@@ -1957,6 +1972,23 @@ fn the_server_measures_its_first_rtt_from_its_response() {
     }
 }
 
+/// A pair whose server answers handshake trains and whose client asks for one if `asked`,
+/// with the client's connect made (nothing sent yet): the pair, the client's and the
+/// server's addresses, and the time of the connect.
+fn handshake_train_pair(asked: bool) -> (Pair, SocketAddr, SocketAddr, Instant) {
+    let mut client_cfg = config(1, false);
+    client_cfg.connection.handshake_train = asked;
+    let mut server_cfg = config(2, true);
+    server_cfg.connection.handshake_train = true;
+    let mut pair = Pair::new(client_cfg, server_cfg);
+    let (c, s): (SocketAddr, SocketAddr) = (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
+    let t0 = pair.now;
+    pair.client
+        .connect(t0, s, Some(pair.server.public_key()))
+        .unwrap();
+    (pair, c, s, t0)
+}
+
 /// A client that asks for a handshake probe train (`handshake_train`, PROTOCOL.md §4.3, §11.10) pads
 /// its first flight; the server sends a whole train of full-size packets right behind its
 /// response, within three times what it received, and the client's first packets report the
@@ -1965,17 +1997,8 @@ fn the_server_measures_its_first_rtt_from_its_response() {
 #[test]
 fn a_padded_first_flight_buys_a_handshake_train() {
     for asked in [true, false] {
-        let mut client_cfg = config(1, false);
-        client_cfg.connection.handshake_train = asked;
-        let mut server_cfg = config(2, true);
-        server_cfg.connection.handshake_train = true;
-        let mut pair = Pair::new(client_cfg, server_cfg);
-        let (c, s): (SocketAddr, SocketAddr) = (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
+        let (mut pair, c, s, t0) = handshake_train_pair(asked);
         let one_way = Duration::from_millis(20);
-        let t0 = pair.now;
-        pair.client
-            .connect(t0, s, Some(pair.server.public_key()))
-            .unwrap();
         let mut out = Vec::new();
         let mut first_flight = Vec::new();
         while let Some(t) = pair.client.poll_transmit(t0, &mut out) {
@@ -2025,11 +2048,7 @@ fn a_padded_first_flight_buys_a_handshake_train() {
         }
         let t3 = t2 + Duration::from_millis(3);
         let t4 = t3 + one_way;
-        out.clear();
-        while let Some(t) = pair.client.poll_transmit(t3, &mut out) {
-            let mut d = out[out.len() - t.size..].to_vec();
-            pair.server.handle(t4, c, None, &mut d);
-        }
+        pair.client_to_server(t3, t4);
         let h = pair.server.accept().expect("the client proved it is live");
         let stats = pair.server.connection(h).unwrap().stats();
         assert_eq!(stats.probe_trains_sent, 1);
@@ -2044,17 +2063,8 @@ fn a_padded_first_flight_buys_a_handshake_train() {
 /// reports the rate they show; the server takes no RTT sample from the train (Karn).
 #[test]
 fn a_handshake_train_that_overtakes_a_lost_response_is_kept_and_timed() {
-    let mut client_cfg = config(1, false);
-    client_cfg.connection.handshake_train = true;
-    let mut server_cfg = config(2, true);
-    server_cfg.connection.handshake_train = true;
-    let mut pair = Pair::new(client_cfg, server_cfg);
-    let (c, s): (SocketAddr, SocketAddr) = (CLIENT.parse().unwrap(), SERVER.parse().unwrap());
+    let (mut pair, c, s, t0) = handshake_train_pair(true);
     let one_way = Duration::from_millis(20);
-    let t0 = pair.now;
-    pair.client
-        .connect(t0, s, Some(pair.server.public_key()))
-        .unwrap();
     let mut out = Vec::new();
     let t1 = t0 + one_way;
     while let Some(t) = pair.client.poll_transmit(t0, &mut out) {
@@ -2088,11 +2098,7 @@ fn a_handshake_train_that_overtakes_a_lost_response_is_kept_and_timed() {
     let t3 = resend_at + one_way;
     pair.client.handle(t3, s, None, &mut response);
     let t4 = t3 + one_way;
-    out.clear();
-    while let Some(t) = pair.client.poll_transmit(t3, &mut out) {
-        let mut d = out[out.len() - t.size..].to_vec();
-        pair.server.handle(t4, c, None, &mut d);
-    }
+    pair.client_to_server(t3, t4);
     let h = pair.server.accept().expect("the client proved it is live");
     let stats = pair.server.connection(h).unwrap().stats();
     assert_eq!((stats.probe_trains_sent, stats.rate_estimates), (1, 1));
@@ -2167,9 +2173,7 @@ fn the_largest_message_starts_after_others_were_read() {
 /// stayed blocked after `max_concurrent_uni` of them.
 #[test]
 fn stopped_flows_free_their_slots_for_the_peer() {
-    let mut server_cfg = config(2, true);
-    server_cfg.connection.flows.max_concurrent_uni = 4;
-    let mut pair = Pair::new(config(1, false), server_cfg);
+    let mut pair = pair_with_uni_limit(4);
     let (c, s) = connect(&mut pair, true);
     for i in 0..12u8 {
         let conn = pair.client.connection_mut(c).unwrap();

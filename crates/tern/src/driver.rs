@@ -605,6 +605,13 @@ impl Shared {
         asleep && !blocked
     }
 
+    /// Stops the endpoint ([`Inner::stop`]); the subscriptions it ends are dropped after the
+    /// lock is released.
+    pub(crate) fn stop(&self, reason: &str) {
+        let ended = self.lock().stop(reason);
+        drop(ended);
+    }
+
     /// A new application handle.
     pub(crate) fn add_handle(&self) {
         self.handles.fetch_add(1, Ordering::Relaxed);
@@ -681,8 +688,7 @@ impl Drop for StopOnExit<'_> {
         } else {
             "the endpoint's task ended"
         };
-        let ended = self.0.lock().stop(reason);
-        drop(ended);
+        self.0.stop(reason);
     }
 }
 
@@ -896,8 +902,7 @@ pub(crate) async fn drive(shared: Arc<Shared>) {
                 Ok(n) => waiting = n,
                 Err(e) if transient(&e) => tracing::debug!("recv error: {e}"),
                 Err(e) => {
-                    let ended = shared.lock().stop(&format!("socket failed: {e}"));
-                    drop(ended);
+                    shared.stop(&format!("socket failed: {e}"));
                     return;
                 }
             },

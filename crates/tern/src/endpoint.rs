@@ -465,8 +465,7 @@ impl Endpoint {
     /// close is announced, and every waiting task gets an error. Peers find out by idle
     /// timeout (or by stateless reset if a new endpoint with the same key takes the port).
     pub fn abort(&self) {
-        let ended = self.shared.lock().stop("endpoint aborted");
-        drop(ended);
+        self.shared.stop("endpoint aborted");
         self.shared.wake.notify_one();
     }
 

@@ -894,19 +894,21 @@ fn explicit_keeps_the_stamp_on_a_radio_link_whose_delay_swings_without_a_queue()
     assert_eq!(out.loss_rate, 0.0);
 }
 
+/// A feedback rate an on-path attacker writes: 10 Gbit/s, in bytes per second.
+const FORGED_RATE: u64 = 10_000_000_000 / 8;
+
 #[test]
 fn a_forged_high_stamp_does_not_raise_the_rate_above_the_bound() {
     // Someone on the path rewrites the (unauthenticated) feedback to 10 Gbit/s on a
     // 10 Mbit/s path. The sender's own bound (2 × delivery, cut on queueing delay and loss)
     // keeps it near the link rate, like an end-to-end controller (PROTOCOL.md §13.2).
     let link = ten_megabit(0.0);
-    let forged = 10_000_000_000u64 / 8;
     let out = simulate_with(
         &ExplicitConfig::default(),
         link,
         Duration::from_secs(20),
         2,
-        &|_| Some(Some(forged)),
+        &|_| Some(Some(FORGED_RATE)),
     );
     let cubic = simulate(&CubicConfig::default(), link, Duration::from_secs(20), 2);
     let m = out.metrics.expect("metrics");
@@ -947,7 +949,6 @@ fn forged_stamps_that_flip_the_mode_do_not_ratchet_the_rate_up() {
     // bound's allowance (twice that): before, every cycle could double the window with no
     // delivery behind it (found by an outside read).
     let link = ten_megabit(0.0);
-    let forged = 10_000_000_000u64 / 8;
     let out = simulate_with(
         &ExplicitConfig::default(),
         link,
@@ -955,7 +956,7 @@ fn forged_stamps_that_flip_the_mode_do_not_ratchet_the_rate_up() {
         3,
         &|t| {
             if (t.as_millis() / 300) % 2 == 0 {
-                Some(Some(forged))
+                Some(Some(FORGED_RATE))
             } else {
                 Some(None)
             }

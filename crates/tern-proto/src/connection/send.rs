@@ -56,6 +56,12 @@ const _: () = assert!(
 /// stays due.
 const ACK_ROOM: usize = 64;
 
+/// Whether `path` can send its own ACK-only packets (not abandoned, budget for a packet):
+/// those of a path that cannot ride on another path's.
+fn sends_own_acks(path: &crate::path::Path) -> bool {
+    !path.abandoned() && path.amplification_budget() >= super::MIN_PACKET_BUDGET
+}
+
 /// Most redundant copies waiting for their paths; the oldest are dropped beyond (a copy that
 /// waits long has lost its point: the original has arrived or been resent).
 const MAX_PENDING_COPIES: usize = 64;
@@ -536,11 +542,10 @@ impl Connection {
     /// path cannot send (abandoned, or out of amplification budget): the primary one, or any
     /// with budget.
     fn ack_path(&self, now: Instant) -> usize {
-        let own = self.paths.iter().position(|p| {
-            (p.acks.wants_ack(now) || !p.acks.nack.is_empty())
-                && !p.abandoned()
-                && p.amplification_budget() >= super::MIN_PACKET_BUDGET
-        });
+        let own = self
+            .paths
+            .iter()
+            .position(|p| (p.acks.wants_ack(now) || !p.acks.nack.is_empty()) && sends_own_acks(p));
         if let Some(i) = own {
             return i;
         }
@@ -857,10 +862,7 @@ impl Connection {
         // cannot send their own: were `only` broken in our direction, the others' ACKs would
         // be lost with it and their senders left waiting (PROTOCOL.md §5.4).
         let wanted = |i: usize, p: &crate::path::Path| {
-            p.has_ack_to_send()
-                && only.is_none_or(|o| {
-                    o == i || p.abandoned() || p.amplification_budget() < super::MIN_PACKET_BUDGET
-                })
+            p.has_ack_to_send() && only.is_none_or(|o| o == i || !sends_own_acks(p))
         };
         let due = (0..self.paths.len())
             .filter(|&i| wanted(i, &self.paths[i]))
