@@ -848,3 +848,35 @@ fn a_withdrawn_address_is_kept_while_it_is_the_last_working_path() {
     let paths = client_paths(&sim);
     assert_ne!(paths[1].state, PathState::Abandoned, "{paths:#?}");
 }
+
+/// The same withdrawal, refused while the path to it is the last that works, is carried out
+/// once the other path comes back: the client stops using the withdrawn address (before, the
+/// refused abandon was forgotten and the path stayed in use until it went silent).
+#[test]
+fn a_refused_withdrawal_is_carried_out_once_another_path_works() {
+    let t = two_server_addresses(4, 8_000_000);
+    let mut sim = build(&t);
+    sim.schedule_in(Duration::from_millis(800), |sim| {
+        first_link(sim, |l| l.set_up(false))
+    });
+    sim.schedule_in(Duration::from_millis(1_500), |sim| {
+        assert!(server_conn(sim).remove_address(addr(SERVER_B)));
+    });
+    sim.schedule_in(Duration::from_millis(2_500), |sim| {
+        first_link(sim, |l| l.set_up(true))
+    });
+    sim.run_until(sim.now() + Duration::from_millis(2_400));
+    let paths = client_paths(&sim);
+    assert_eq!(paths[0].state, PathState::Dead, "{paths:#?}");
+    assert_eq!(
+        paths[1].state,
+        PathState::Active,
+        "kept while the last: {paths:#?}"
+    );
+    sim.run_until_done(sim.now() + Duration::from_secs(60))
+        .expect("transfer completes");
+    assert_eq!(server(&sim).app.total(), t.bytes);
+    let paths = client_paths(&sim);
+    assert_eq!(paths[0].state, PathState::Active, "{paths:#?}");
+    assert_eq!(paths[1].state, PathState::Abandoned, "{paths:#?}");
+}

@@ -197,7 +197,7 @@ impl Connection {
 
     /// A PathResponse arrived: the path whose challenge it answers is validated (a response
     /// may come back on any path).
-    pub(crate) fn on_path_response(&mut self, data: [u8; 8]) {
+    pub(crate) fn on_path_response(&mut self, now: Instant, data: [u8; 8]) {
         let Some(path) = self.paths.iter_mut().find(|p| p.challenge == Some(data)) else {
             return;
         };
@@ -210,6 +210,7 @@ impl Connection {
         }
         tracing::debug!(id, "path validated");
         self.events.push_back(Event::PathValidated { id });
+        self.abandon_deferred(now);
     }
 
     /// No response to the path's challenge a probe timeout after it left (the challenge or
@@ -232,13 +233,27 @@ impl Connection {
     }
 
     /// A packet on this path was acknowledged: a dead path is alive again.
-    pub(crate) fn on_path_answered(&mut self, index: usize) {
+    pub(crate) fn on_path_answered(&mut self, now: Instant, index: usize) {
         let path = &mut self.paths[index];
         if path.state == PathState::Dead && path.validated {
             path.state = path.wanted;
             let id = path.id;
             tracing::debug!(id, "path answers again");
             self.events.push_back(Event::PathAlive { id });
+            self.abandon_deferred(now);
+        }
+    }
+
+    /// Abandons the paths the peer gave up while each was the last that could carry data,
+    /// now that another can (a path validated or came back).
+    fn abandon_deferred(&mut self, now: Instant) {
+        for i in 0..self.paths.len() {
+            if self.paths[i].abandon_deferred && self.has_other_path(i) {
+                self.paths[i].abandon_deferred = false;
+                if !self.paths[i].abandoned() {
+                    self.apply_path_state(now, i, PathState::Abandoned, true);
+                }
+            }
         }
     }
 
@@ -441,8 +456,9 @@ impl Connection {
     }
 
     /// The peer's PathStatus (§9.30). A status for a path we do not hold (yet) is ignored;
-    /// so is one older than the last we applied. The last path that may carry data is never
-    /// abandoned at the peer's word alone: the connection would have nowhere to send.
+    /// so is one older than the last we applied. The last path that may carry data is not
+    /// abandoned at the peer's word alone (the connection would have nowhere to send): it is
+    /// abandoned once another path can carry data.
     pub(crate) fn on_path_status(
         &mut self,
         now: Instant,
@@ -464,10 +480,12 @@ impl Connection {
             PathStatusCode::Standby => PathState::Standby,
             PathStatusCode::Abandoned => PathState::Abandoned,
         };
-        if state == PathState::Abandoned && !self.has_other_path(i) {
-            return;
+        // A later status overrides an abandon still waiting for another path.
+        let deferred = state == PathState::Abandoned && !self.has_other_path(i);
+        self.paths[i].abandon_deferred = deferred;
+        if !deferred {
+            self.apply_path_state(now, i, state, true);
         }
-        self.apply_path_state(now, i, state, true);
     }
 
     /// Whether a path other than `index` can carry data now (validated, neither dead nor
@@ -481,7 +499,7 @@ impl Connection {
     }
 
     /// The peer withdrew an address it advertised (RemoveAddress): the paths to it are
-    /// abandoned (each keeps going if it is the last).
+    /// abandoned (one that is the last able to carry data, once another can).
     pub(crate) fn on_remove_address(&mut self, now: Instant, seq: u64) {
         let Some(pos) = self.peer_addresses.iter().position(|(s, _)| *s == seq) else {
             return;
@@ -494,9 +512,13 @@ impl Connection {
         }
         self.removed_peer_addresses.push(addr);
         for i in 0..self.paths.len() {
-            if self.paths[i].remote == addr && !self.paths[i].abandoned() && self.has_other_path(i)
-            {
+            if self.paths[i].remote != addr || self.paths[i].abandoned() {
+                continue;
+            }
+            if self.has_other_path(i) {
                 self.apply_path_state(now, i, PathState::Abandoned, true);
+            } else {
+                self.paths[i].abandon_deferred = true;
             }
         }
     }

@@ -370,7 +370,7 @@ impl Connection {
                 // A late ACK of packets taken off the path (declared lost, or rerouted when it
                 // went silent) shows it delivers as well as a timely one.
                 if !out.acked.is_empty() || !out.spurious.is_empty() {
-                    self.on_path_answered(index);
+                    self.on_path_answered(now, index);
                 }
                 let newest = out.acked.iter().map(|(pn, _)| *pn).max();
                 if let (Some(keys), Some(pn)) = (self.keys.as_mut(), newest) {
@@ -507,7 +507,7 @@ impl Connection {
                     responses.push_back(data);
                 }
             }
-            Frame::PathResponse { data } => self.on_path_response(data),
+            Frame::PathResponse { data } => self.on_path_response(now, data),
             // Only servers advertise; a client's addresses are learned from its paths.
             Frame::AddAddress { seq, addr } if self.side == Side::Client => {
                 self.on_add_address(now, seq, addr);

@@ -54,6 +54,9 @@ pub(crate) struct Path {
     /// The state the application (or peer) asked for; `state` falls back to it when a dead
     /// path answers again.
     pub(crate) wanted: PathState,
+    /// The peer abandoned this path (PathStatus, or RemoveAddress of its address) while it
+    /// was the last that could carry data: it is abandoned once another path can.
+    pub(crate) abandon_deferred: bool,
     /// Our outstanding challenge on this path and how many were sent.
     pub(crate) challenge: Option<[u8; 8]>,
     pub(crate) challenges_sent: u32,
@@ -198,6 +201,7 @@ impl Path {
             source: None,
             state: PathState::Active,
             wanted: PathState::Active,
+            abandon_deferred: false,
             challenge: None,
             challenges_sent: 0,
             challenge_pending: false,
