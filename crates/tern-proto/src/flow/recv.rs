@@ -16,24 +16,39 @@ pub(crate) enum RecvError {
     FinalSize,
 }
 
-/// Chunks below this size take the next adjacent bytes into themselves instead of a new map
+/// Chunks below this size take adjacent new bytes into themselves instead of a new map
 /// entry: a peer sending one byte per frame would otherwise cost us a node (~100 bytes) per
-/// byte of credit. Merging copies at most this much per frame.
+/// byte of credit. Merging copies at most this much (plus the frame) per frame.
 pub(crate) const COALESCE_BELOW: usize = 512;
 
-/// Stores `bytes` (new, starting at `at`) in `chunks`, appending them to the chunk that ends
-/// at `at` if that one is small.
+/// Stores `bytes` (new, starting at `at`) in `chunks`, joined with the chunk that ends at
+/// `at` and with the one that starts right after them when those are small. Both sides
+/// matter: bytes arriving in descending order (never the first) each touch only the chunk
+/// after them, and would otherwise cost a map entry per frame however small.
 pub(crate) fn store_coalesced(chunks: &mut BTreeMap<u64, Bytes>, at: u64, bytes: &[u8]) {
-    if let Some((&start, prev)) = chunks.range_mut(..at).next_back() {
-        if start + prev.len() as u64 == at && prev.len() < COALESCE_BELOW {
-            let mut joined = Vec::with_capacity(prev.len() + bytes.len());
-            joined.extend_from_slice(prev);
-            joined.extend_from_slice(bytes);
-            *prev = Bytes::from(joined);
-            return;
-        }
+    let end = at + bytes.len() as u64;
+    let prev = chunks
+        .range(..at)
+        .next_back()
+        .filter(|(&start, c)| start + c.len() as u64 == at && c.len() < COALESCE_BELOW)
+        .map(|(&start, _)| start);
+    let next = chunks
+        .get(&end)
+        .is_some_and(|c| c.len() < COALESCE_BELOW)
+        .then_some(end);
+    if prev.is_none() && next.is_none() {
+        chunks.insert(at, Bytes::copy_from_slice(bytes));
+        return;
     }
-    chunks.insert(at, Bytes::copy_from_slice(bytes));
+    let before = prev.and_then(|p| chunks.remove(&p));
+    let after = next.and_then(|n| chunks.remove(&n));
+    let len =
+        before.as_ref().map_or(0, Bytes::len) + bytes.len() + after.as_ref().map_or(0, Bytes::len);
+    let mut joined = Vec::with_capacity(len);
+    joined.extend_from_slice(before.as_deref().unwrap_or_default());
+    joined.extend_from_slice(bytes);
+    joined.extend_from_slice(after.as_deref().unwrap_or_default());
+    chunks.insert(prev.unwrap_or(at), Bytes::from(joined));
 }
 
 /// First block of a flow's run buffer ([`RecvFlow::run`]); each new block doubles, up to
@@ -345,6 +360,27 @@ mod tests {
         let mut out = vec![0; 20_000];
         assert_eq!(r.read(&mut out), 10_000);
         assert!(out[..10_000].iter().enumerate().all(|(i, b)| *b == i as u8));
+    }
+
+    #[test]
+    fn one_byte_frames_in_descending_order_are_coalesced() {
+        // Found by an outside read: bytes sent last to first, the first withheld, each joined
+        // only the chunk before it, so every byte took a map entry while the ranges merged
+        // into one (max_recv_ranges never fired): about 100 bytes of memory per byte of credit.
+        let mut r = RecvFlow::new(1 << 20);
+        for i in (1..10_000u64).rev() {
+            r.insert(i, &[i as u8], false).unwrap();
+        }
+        assert_eq!(r.ranges(), 1);
+        assert!(
+            r.chunks.len() <= 10_000 / COALESCE_BELOW + 2,
+            "{} chunks for 10 000 bytes",
+            r.chunks.len()
+        );
+        r.insert(0, &[0], false).unwrap();
+        let mut out = vec![0; 10_000];
+        assert_eq!(r.read(&mut out), 10_000);
+        assert!(out.iter().enumerate().all(|(i, b)| *b == i as u8));
     }
 
     proptest! {

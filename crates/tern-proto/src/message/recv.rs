@@ -578,6 +578,27 @@ mod tests {
     }
 
     #[test]
+    fn tiny_fragments_in_descending_order_are_coalesced() {
+        // The first byte withheld, the others last to first: few chunks, not one per byte.
+        let mut r = MessageReceiver::default();
+        let id = MessageId::new(false, 0);
+        for i in (1..4000u64).rev() {
+            r.on_fragment(id, 4000, i, &[i as u8], None, None, 3, 10_000)
+                .unwrap();
+        }
+        assert_eq!(r.ranges(), 1);
+        let chunks = r.partial.get(&id).map_or(0, |m| m.chunks.len());
+        assert!(
+            chunks <= 4000 / crate::flow::recv::COALESCE_BELOW + 2,
+            "{chunks}"
+        );
+        r.on_fragment(id, 4000, 0, &[0], None, None, 3, 10_000)
+            .unwrap();
+        let m = r.ready.pop_front().expect("complete");
+        assert!(m.data.iter().enumerate().all(|(i, b)| *b == i as u8));
+    }
+
+    #[test]
     fn tiny_fragments_are_coalesced_and_gaps_counted() {
         let mut r = MessageReceiver::default();
         let id = MessageId::new(false, 0);
