@@ -2206,6 +2206,37 @@ fn stopped_flows_free_their_slots_for_the_peer() {
     }
 }
 
+/// With half its flow slots held by long-lived flows, a peer that opens and finishes short
+/// flows one after another keeps getting slots (found by an outside read: MaxFlows was sent
+/// only once the freed slots made half the concurrency beyond the flows the peer had opened,
+/// which they never did, and the peer could open no flow again).
+#[test]
+fn long_lived_flows_do_not_stall_the_peers_new_ones() {
+    let mut pair = pair_with_uni_limit(4);
+    let (c, s) = connect(&mut pair, true);
+    for _ in 0..2 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        let flow = conn.open_flow(Dir::Uni).unwrap();
+        conn.write(flow, b"long-lived").unwrap();
+    }
+    pair.exchange();
+    for i in 0..10u8 {
+        let conn = pair.client.connection_mut(c).unwrap();
+        let flow = conn
+            .open_flow(Dir::Uni)
+            .unwrap_or_else(|e| panic!("short flow {i}: {e:?}"));
+        conn.write(flow, &[i; 100]).unwrap();
+        conn.finish(flow).unwrap();
+        pair.exchange();
+        let conn = pair.server.connection_mut(s).unwrap();
+        while let Some(got) = conn.accept_flow(Dir::Uni) {
+            let mut buf = [0; 200];
+            while let Ok(Some(_)) = conn.read(got, &mut buf) {}
+        }
+        pair.exchange();
+    }
+}
+
 /// A message whose last fragment arrives after its deadline, in a datagram read before the
 /// receiver's expiry timer fired, is dropped as the timer would have dropped it: whether a
 /// runtime reads datagrams or fires timers first must not decide delivery (found by an

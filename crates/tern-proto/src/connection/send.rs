@@ -1075,6 +1075,7 @@ impl Connection {
                 .encode(buf);
                 frames.push(SentFrame::MaxFlows(d));
                 self.flows.max_flows_pending[d] = false;
+                self.flows.advertised_max[d] = self.flows.local_max[d];
             }
         }
         while room(buf) {

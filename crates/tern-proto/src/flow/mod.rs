@@ -119,6 +119,8 @@ pub(crate) struct FlowSet {
     remote_opened: [u64; 2],
     /// Our limit on flows the peer may open, per direction.
     pub(crate) local_max: [u64; 2],
+    /// The limit the peer was last told (transport parameter, then MaxFlows), per direction.
+    pub(crate) advertised_max: [u64; 2],
     /// Our configured concurrency for peer-opened flows (refreshes local_max).
     local_concurrency: [u64; 2],
     /// Peer-opened flows not yet accepted by the application.
@@ -209,6 +211,7 @@ impl FlowSet {
             peer_max: [PRE_HANDSHAKE_FLOWS, PRE_HANDSHAKE_FLOWS],
             remote_opened: [0, 0],
             local_max: [local.max_concurrent_bidi, local.max_concurrent_uni],
+            advertised_max: [local.max_concurrent_bidi, local.max_concurrent_uni],
             local_concurrency: [local.max_concurrent_bidi, local.max_concurrent_uni],
             incoming: [VecDeque::new(), VecDeque::new()],
             ready: VecDeque::new(),
@@ -286,6 +289,7 @@ impl FlowSet {
             };
             self.flows.insert(new, state);
             self.incoming[d].push_back(new);
+            self.check_max_flows(d);
         }
         Ok(self.flows.get_mut(&id))
     }
@@ -309,13 +313,20 @@ impl FlowSet {
         if id.initiator() != self.side {
             let d = dir_index(id.dir());
             self.local_max[d] += 1;
-            // Advertise in batches to save frames.
-            let opened = self.remote_opened[d];
-            if self.local_max[d] > opened + self.local_concurrency[d] / 2
-                || self.local_concurrency[d] <= 2
-            {
-                self.max_flows_pending[d] = true;
-            }
+            self.check_max_flows(d);
+        }
+    }
+
+    /// Queues a MaxFlows for direction `d` when slots freed since the last one make half the
+    /// concurrency, or when the peer is within that of the limit it was told and any are free.
+    /// (Comparing with the flows the peer opened instead of the limit it was told stalled it
+    /// for good: with half its flows long-lived, the freed slots never added up to a batch.)
+    fn check_max_flows(&mut self, d: usize) {
+        let half = (self.local_concurrency[d] / 2).max(1);
+        let unadvertised = self.local_max[d].saturating_sub(self.advertised_max[d]);
+        let room = self.advertised_max[d].saturating_sub(self.remote_opened[d]);
+        if unadvertised >= half || (unadvertised > 0 && room < half) {
+            self.max_flows_pending[d] = true;
         }
     }
 
