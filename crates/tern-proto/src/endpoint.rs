@@ -347,6 +347,8 @@ impl Endpoint {
         if conn.announce != Announce::Announced {
             self.hidden += 1;
         }
+        // An IK server has the client's reset token from message 1 already.
+        let token = conn.peer_reset_token;
         let idx = match self.free.pop() {
             Some(i) => {
                 self.connections[i] = Some(conn);
@@ -358,6 +360,9 @@ impl Endpoint {
             }
         };
         self.schedule.occupy(idx);
+        if let Some(token) = token {
+            self.reset_tokens.insert(token, idx);
+        }
         ConnectionHandle(idx)
     }
 
@@ -762,10 +767,19 @@ impl Endpoint {
         }
     }
 
+    /// Whether `packet` is another copy of the first message of the half-open XX connection
+    /// `idx` that differs from the one it was built from. Only XX (IK's first message is
+    /// authenticated and judged for replay, §7.8), only under the client's own DCID (the
+    /// server's CID, known from our answer, would leave the client's DCID routed to the
+    /// slot for good, §7.4), and only [`MAX_REACCEPTS`](handshake::MAX_REACCEPTS) times.
     fn is_damaged_first_message(&self, idx: usize, packet: &wire::LongPacket<'_>) -> bool {
         packet.ty == wire::LongType::Initial
+            && packet.payload.first() == Some(&handshake::PATTERN_XX)
             && self.connections[idx].as_ref().is_some_and(|c| {
                 c.awaiting_client_finish()
+                    && !c.first_flight_is_ik()
+                    && packet.dcid == c.original_dcid
+                    && c.reaccepts() < handshake::MAX_REACCEPTS
                     && (c.initial_payload != packet.payload || c.remote_cid != packet.scid)
             })
     }
@@ -788,8 +802,14 @@ impl Endpoint {
             self.stats.short_initials += 1;
             return;
         }
+        let reaccepts = old.reaccepts() + 1;
         let validated = old.paths[0].validated && old.paths[0].remote == remote;
         let local_cid = old.local_cid;
+        // Each rebuild is a handshake's Noise work: charged to the source like a new one.
+        if !self.handshake_rate.allow(now, remote.ip()) {
+            self.stats.rate_limited += 1;
+            return;
+        }
         let entropy = self.handshake_entropy();
         let params = self.local_params(&local_cid);
         let config = self.connection_config.clone();
@@ -807,6 +827,9 @@ impl Endpoint {
         ) {
             let mut conn = conn;
             self.seed(&mut conn);
+            if let crate::connection::State::Handshake(hs) = &mut conn.state {
+                hs.reaccepts = reaccepts;
+            }
             self.connections[idx] = Some(conn);
             self.schedule.occupy(idx);
         }

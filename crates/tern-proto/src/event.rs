@@ -74,7 +74,9 @@ pub enum Event {
         /// Opened by this side.
         local: bool,
     },
-    /// A packet was dropped for a security reason.
+    /// A packet was dropped for a security reason. While one of a kind waits to be polled,
+    /// more of that kind are only counted (`auth_failures`, `replays` in the stats): a flood
+    /// of forged packets must not grow the event queue.
     SecurityViolation(Violation),
     /// The connection ended (by either side, timeout or reset).
     Closed(ConnectionError),

@@ -397,6 +397,137 @@ fn a_short_damaged_copy_of_an_xx_first_message_is_not_answered() {
     }
 }
 
+/// A client that sends a second XX first message under the server's CID (learned from
+/// message 2) does not get its half-open connection rebuilt: before, the rebuilt connection
+/// took that CID as its original DCID, the client's own DCID stayed routed to the slot after
+/// the connection was gone, and the next connection in the slot received its Initials (found
+/// by an outside read).
+#[test]
+fn a_first_message_under_the_servers_cid_leaves_no_route_behind() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    pair.client
+        .connect(pair.now, SERVER.parse().unwrap(), None)
+        .unwrap();
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let initial = buf[..t.size].to_vec();
+    let mut first = initial.clone();
+    let client: SocketAddr = CLIENT.parse().unwrap();
+    pair.server.handle(pair.now, client, None, &mut first);
+    let mut out = Vec::new();
+    let t = pair
+        .server
+        .poll_transmit(pair.now, &mut out)
+        .expect("message 2");
+    let answer = tern_proto::wire::LongPacket::decode(&out[out.len() - t.size..]).unwrap();
+    let server_cid = answer.scid.as_bytes().to_vec();
+    let packet = tern_proto::wire::LongPacket::decode(&initial).unwrap();
+    let client_dcid = packet.dcid.as_bytes().to_vec();
+    assert_eq!(
+        client_dcid.len(),
+        server_cid.len(),
+        "same length: rewritten in place"
+    );
+    let payload = packet.payload.as_ptr() as usize - initial.as_ptr() as usize;
+    // DCID at byte 6 (type, version, length); a differing ephemeral key.
+    let mut forged = initial.clone();
+    forged[6..6 + server_cid.len()].copy_from_slice(&server_cid);
+    forged[payload + 5] ^= 1;
+    assert!(forged.len() >= 1200);
+    pair.server.handle(pair.now, client, None, &mut forged);
+    while pair.server.poll_transmit(pair.now, &mut out).is_some() {}
+    // The half-open connection times out and is freed: nothing routes to its slot any more.
+    let end = pair.now + Duration::from_secs(60);
+    while let Some(t) = pair.server.poll_timeout().filter(|t| *t < end) {
+        pair.now = t;
+        pair.server.handle_timeout(t);
+        while pair.server.poll_transmit(pair.now, &mut out).is_some() {}
+        while pair.server.poll_event().is_some() {}
+    }
+    assert_eq!(pair.server.half_open_count(), 0);
+    assert!(!pair.server.routes(&server_cid), "the server's CID");
+    assert!(!pair.server.routes(&client_dcid), "the client's DCID");
+}
+
+/// Third messages that fail to authenticate end the handshake after a few: each costs the
+/// server a rebuild of its Noise state (three X25519 operations), so a client, or anyone who
+/// learned the server's CID, must not buy that work without limit (found by an outside read).
+#[test]
+fn forged_third_messages_end_the_handshake_after_a_few() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    pair.client
+        .connect(pair.now, SERVER.parse().unwrap(), None)
+        .unwrap();
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let mut first = buf[..t.size].to_vec();
+    let client: SocketAddr = CLIENT.parse().unwrap();
+    pair.server.handle(pair.now, client, None, &mut first);
+    let mut out = Vec::new();
+    let t = pair
+        .server
+        .poll_transmit(pair.now, &mut out)
+        .expect("message 2");
+    let msg2 = out[out.len() - t.size..].to_vec();
+    // The client's real message 3, then damaged copies of it.
+    pair.client
+        .handle(pair.now, SERVER.parse().unwrap(), None, &mut msg2.clone());
+    let mut third = Vec::new();
+    let t = pair
+        .client
+        .poll_transmit(pair.now, &mut third)
+        .expect("message 3");
+    let third = third[third.len() - t.size..].to_vec();
+    let packet = tern_proto::wire::LongPacket::decode(&third).unwrap();
+    let payload = packet.payload.as_ptr() as usize - third.as_ptr() as usize;
+    for _ in 0..10 {
+        let mut forged = third.clone();
+        forged[payload + 40] ^= 1;
+        pair.server.handle(pair.now, client, None, &mut forged);
+    }
+    // The real one comes too late: the server gave the handshake up and tells the client.
+    pair.server
+        .handle(pair.now, client, None, &mut third.clone());
+    pair.exchange();
+    assert!(
+        pair.server.accept().is_none(),
+        "no connection from the handshake"
+    );
+}
+
+/// Forged packets are counted, each, but queue one SecurityViolation event while it waits to
+/// be polled: a half-open connection's events wait for `accept`, and a flood must not grow
+/// the queue (found by an outside read: an event per forged packet).
+#[test]
+fn a_flood_of_forged_packets_queues_one_event() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (c, s) = connect(&mut pair, true);
+    Pair::events(&mut pair.server);
+    let conn = pair.client.connection_mut(c).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, b"genuine").unwrap();
+    let mut buf = Vec::new();
+    let t = pair
+        .client
+        .poll_transmit(pair.now, &mut buf)
+        .expect("a short packet");
+    let genuine = buf[buf.len() - t.size..].to_vec();
+    let client: SocketAddr = CLIENT.parse().unwrap();
+    for i in 0..100 {
+        let mut forged = genuine.clone();
+        let last = forged.len() - 1;
+        forged[last] ^= 1 + (i as u8 % 7);
+        pair.server.handle(pair.now, client, None, &mut forged);
+    }
+    let failures = pair.server.connection(s).unwrap().stats().auth_failures;
+    assert_eq!(failures, 100);
+    let violations = Pair::events(&mut pair.server)
+        .into_iter()
+        .filter(|(_, e)| matches!(e, Event::SecurityViolation(_)))
+        .count();
+    assert_eq!(violations, 1);
+}
+
 #[test]
 fn fast_close_frees_both_ends() {
     let mut pair = Pair::new(config(1, false), config(2, true));
@@ -469,6 +600,27 @@ fn a_peer_that_lost_its_state_is_detected_by_stateless_reset() {
     let events = Pair::events(&mut pair.client);
     assert!(
         events.contains(&(c, Event::Closed(ConnectionError::Reset))),
+        "{events:?}"
+    );
+}
+
+/// The server of an IK handshake learns the client's reset token from message 1 and
+/// recognises its reset (found by an outside read: the token was routed only when another
+/// long packet arrived, which IK seldom sends, and the server waited for its idle timeout).
+#[test]
+fn an_ik_server_detects_a_client_that_lost_its_state() {
+    let mut pair = Pair::new(config(1, false), config(2, true));
+    let (_, s) = connect(&mut pair, true);
+    pair.client = Endpoint::new(config(1, false), pair.now);
+    Pair::events(&mut pair.server);
+    let conn = pair.server.connection_mut(s).unwrap();
+    let flow = conn.open_flow(Dir::Uni).unwrap();
+    conn.write(flow, b"are you there?").unwrap();
+    pair.exchange();
+    assert!(pair.client.stats().resets_sent >= 1);
+    let events = Pair::events(&mut pair.server);
+    assert!(
+        events.contains(&(s, Event::Closed(ConnectionError::Reset))),
         "{events:?}"
     );
 }

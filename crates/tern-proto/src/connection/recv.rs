@@ -17,6 +17,16 @@ use crate::Side;
 pub(crate) type FrameError = (TransportErrorCode, &'static str);
 
 impl Connection {
+    /// Queues a SecurityViolation event unless one of that kind still waits to be polled (a
+    /// half-open connection's events wait for `accept`; a flood of forged packets must not
+    /// grow its queue; the stats count every one).
+    pub(crate) fn report_violation(&mut self, violation: Violation) {
+        let event = Event::SecurityViolation(violation);
+        if !self.events.contains(&event) {
+            self.events.push_back(event);
+        }
+    }
+
     /// A short-header datagram arrived for this connection from `remote` to our `local`
     /// address (if known), with the ECN codepoint of its IP header. `data` is decrypted in
     /// place.
@@ -83,8 +93,7 @@ impl Connection {
         let pn = wire::decode_pn(largest.unwrap_or(0), header.truncated_pn, header.pn_len);
         if known.is_some_and(|i| !self.paths[i].replay.is_fresh(pn)) {
             self.stats.replays += 1;
-            self.events
-                .push_back(Event::SecurityViolation(Violation::Replay));
+            self.report_violation(Violation::Replay);
             return;
         }
         // Associated data: the header with the router-writable feedback rate zeroed.
@@ -129,8 +138,7 @@ impl Connection {
                     return;
                 }
                 self.stats.auth_failures += 1;
-                self.events
-                    .push_back(Event::SecurityViolation(Violation::Authentication));
+                self.report_violation(Violation::Authentication);
                 if self.keys.as_mut().is_some_and(|k| k.on_auth_failure()) {
                     self.fail_aead_limit(
                         now,

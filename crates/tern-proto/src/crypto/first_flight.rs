@@ -36,7 +36,9 @@ pub enum Unproven {
     Stale,
     /// This server started less than a window ago: a previous instance may have seen it.
     Starting,
-    /// The register holds its capacity of flights.
+    /// The register holds its capacity of flights, or did within a window of the flight's
+    /// timestamp: a flight judged while it was full was not recorded, so its copies cannot be
+    /// told from it until their timestamps are out of the window.
     Full,
     /// The server has no wall clock.
     NoClock,
@@ -50,6 +52,9 @@ pub struct FirstFlightRegister {
     seen: HashSet<[u8; ID_LEN]>,
     /// Entries in insertion order, with when they may be forgotten.
     expiry: VecDeque<(Instant, [u8; ID_LEN])>,
+    /// Server clock a window after the register was last full: flights with timestamps up
+    /// to it may be copies of flights that were not recorded (as after a restart).
+    unrecorded_until: Option<Duration>,
 }
 
 impl FirstFlightRegister {
@@ -61,6 +66,7 @@ impl FirstFlightRegister {
             capacity,
             seen: HashSet::new(),
             expiry: VecDeque::new(),
+            unrecorded_until: None,
         }
     }
 
@@ -117,6 +123,13 @@ impl FirstFlightRegister {
             return Freshness::Unproven(Unproven::Starting);
         }
         if self.seen.len() >= self.capacity {
+            // Not recorded: until a copy's timestamp would be stale, no flight written before
+            // now + window can be told from one judged now (the start-up rule's reasoning).
+            let until = server_now + self.window;
+            self.unrecorded_until = Some(self.unrecorded_until.map_or(until, |u| u.max(until)));
+            return Freshness::Unproven(Unproven::Full);
+        }
+        if self.unrecorded_until.is_some_and(|u| ts <= u) {
             return Freshness::Unproven(Unproven::Full);
         }
         self.seen.insert(id);
@@ -166,6 +179,36 @@ mod tests {
         );
         assert_eq!(
             r.check(t0, &[8; 32], ts, clock(2001), false),
+            Freshness::Fresh
+        );
+    }
+
+    #[test]
+    fn a_flight_judged_while_full_is_not_fresh_later() {
+        // Found by an outside read: a flight judged while the register was full was not
+        // recorded, and a copy of it was judged fresh once room came back.
+        let t0 = epoch();
+        let mut r = FirstFlightRegister::new(W, 1);
+        let ts = Some(Duration::from_secs(2000));
+        assert_eq!(
+            r.check(t0, &[1; 32], ts, clock(2000), false),
+            Freshness::Fresh
+        );
+        assert_eq!(
+            r.check(t0, &[2; 32], ts, clock(2000), false),
+            Freshness::Unproven(Unproven::Full)
+        );
+        // The first entry is forgotten (2 windows later); the copy's timestamp is still
+        // within the window of the server's clock.
+        let later = t0 + 2 * W;
+        assert_eq!(
+            r.check(later, &[2; 32], ts, clock(2009), false),
+            Freshness::Unproven(Unproven::Full)
+        );
+        // A flight written after the register was full plus a window is fresh again.
+        let new_ts = Some(Duration::from_secs(2011));
+        assert_eq!(
+            r.check(later, &[3; 32], new_ts, clock(2011), false),
             Freshness::Fresh
         );
     }
