@@ -874,7 +874,10 @@ impl Net {
     }
 
     /// Every emulated link direction's delivered bytes and queue-wait histogram so far, to
-    /// take a window of a case as the difference of two readings.
+    /// take a window of a case as the difference of two readings. Delivered bytes are those
+    /// the forwarder wrote out (on leaving the link), not the link's count, which takes a
+    /// packet in when it enters the queue: a queue fuller at the window's end than at its
+    /// start would read as more than the link carried, over 100 % (found by an outside read).
     fn link_counters(&self) -> Vec<(String, String, u64, DelayHistogram)> {
         let Some(emu) = self.topo.as_ref().and_then(|t| t.emulator()) else {
             return Vec::new();
@@ -884,7 +887,7 @@ impl Net {
             .filter_map(|(link, dir)| {
                 let s = emu.stats(&link, dir).ok()?;
                 let dir = if dir == Direction::Up { "up" } else { "down" };
-                Some((link, dir.to_string(), s.delivered_bytes, s.queue_wait))
+                Some((link, dir.to_string(), s.written_bytes, s.queue_wait))
             })
             .collect()
     }

@@ -216,12 +216,14 @@ fn reader(
                 let now = Instant::now();
                 let packet = buf[..n].to_vec();
                 let mut engine = shared.engine();
-                let copies = engine.offer(packet, now, |at, p| {
+                engine.offer(packet, now, |at, p| {
+                    // Counted before the writer can take it (and count it out): the counter
+                    // must not wrap below zero for a moment.
+                    shared.in_flight.fetch_add(1, AtomicOrdering::Relaxed);
                     // The writer only goes away when stopping.
                     let _ = tx.send((at, p));
                 });
                 drop(engine);
-                shared.in_flight.fetch_add(copies, AtomicOrdering::Relaxed);
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 match dev.wait_readable_intr(&stop) {

@@ -95,6 +95,8 @@ pub struct DirectionEngine {
     /// The flows it may stamp: those it saw a tern handshake on.
     tern_flows: crate::ncr::TernFlows,
     rate_stamped: u64,
+    /// The last non-zero capacity a trace gave the router (see `capacity`).
+    trace_capacity: Option<u64>,
     epoch: Instant,
 }
 
@@ -122,6 +124,7 @@ impl DirectionEngine {
             router: None,
             tern_flows: crate::ncr::TernFlows::default(),
             rate_stamped: 0,
+            trace_capacity: None,
             epoch,
         }
     }
@@ -155,7 +158,13 @@ impl DirectionEngine {
 
     /// The capacity the router is given at `now`: the rate, or the trace's rate over the last
     /// [`TRACE_RATE_WINDOW`]; `None` when unlimited (no router: no bottleneck to share).
-    fn capacity(&self, now: Instant) -> Option<u64> {
+    ///
+    /// A window of a trace without delivery opportunities (traces have gaps of a second and
+    /// more) keeps the last capacity seen: a capacity of 0 would stamp every flow the
+    /// router's floor and clamp its rate there, from which it climbs back for seconds after
+    /// the gap (found by an outside read). The queue that builds in the gap lowers the rate
+    /// through the control law instead. Before the trace's first opportunity: no router.
+    fn capacity(&mut self, now: Instant) -> Option<u64> {
         match self.shaper.rate() {
             RateModel::Unlimited => None,
             RateModel::Constant(bps) => Some(*bps),
@@ -165,17 +174,24 @@ impl DirectionEngine {
                 let window = (to - from).max(Duration::from_millis(1));
                 let bytes = trace.capacity_bytes_between(from, to);
                 let bps = u128::from(bytes) * 8 * 1_000_000_000 / window.as_nanos();
-                Some(u64::try_from(bps).unwrap_or(u64::MAX))
+                let bps = u64::try_from(bps).unwrap_or(u64::MAX);
+                if bps > 0 {
+                    self.trace_capacity = Some(bps);
+                }
+                self.trace_capacity
             }
         }
     }
 
     /// Runs the router on a packet entering the queue at `now`.
     fn route(&mut self, now: Instant, packet: &mut [u8]) {
-        let Some(config) = &self.config.router else {
+        if self.config.router.is_none() {
+            return;
+        }
+        let Some(capacity) = self.capacity(now) else {
             return;
         };
-        let Some(capacity) = self.capacity(now) else {
+        let Some(config) = &self.config.router else {
             return;
         };
         let queued = self.shaper.queue(now).0;
@@ -239,17 +255,19 @@ impl DirectionEngine {
             self.dropped_outage_bytes += packet.len() as u64;
             return 0;
         }
+        let mut marked = false;
         if self.config.ecn != crate::ecn::EcnRule::Pass {
             let queued = self.shaper.queue(now);
             let limit = self.config.ecn_mark_limit();
-            if crate::ecn::apply(self.config.ecn, limit, queued, &mut packet) {
-                self.ce_marked += 1;
-            }
+            marked = crate::ecn::apply(self.config.ecn, limit, queued, &mut packet);
         }
         self.route(now, &mut packet);
         let Some(departure) = self.shaper.offer(packet.len(), now) else {
             return 0;
         };
+        // Counted once the queue took it: a packet dropped at a full queue was over the
+        // marking threshold too, but no CE mark reached anyone.
+        self.ce_marked += u64::from(marked);
         let dgram = Datagram::new(dummy(), dummy(), packet);
         match self.link.process(dgram, departure, |at, d| out(at, d.data)) {
             Verdict::Delivered => 1,
@@ -572,6 +590,36 @@ mod tests {
         let s = e.stats(t0);
         assert_eq!((s.rate_stamped, s.router_flows), (1, 1));
         assert_eq!(s.router_rate_bps, Some(980_000));
+    }
+
+    #[test]
+    fn ncr_keeps_a_traces_capacity_through_a_gap() {
+        use tern_proto::wire::read_feedback_rate;
+        // Found by an outside read: a gap of 100 ms or more without delivery opportunities
+        // (the shipped traces have gaps of up to 1.4 s) gave the router a capacity of 0, which
+        // stamped every flow 1 kbit/s and clamped its rate there.
+        let opportunities: Vec<u64> = (0..500).chain(1500..2000).collect();
+        let trace = crate::trace::Trace::from_opportunities(opportunities).unwrap();
+        let mut c = config("router=ncr,ncr_phase=0");
+        c.rate = RateModel::Trace(std::sync::Arc::new(trace));
+        let t0 = origin();
+        let mut e = DirectionEngine::new(c, 1, t0);
+        learn(&mut e, t0 + Duration::from_millis(200));
+        let mut got = Vec::new();
+        for ms in [300, 1000, 1400] {
+            let at = t0 + Duration::from_millis(ms);
+            e.offer(udp4(&tern(8, u32::MAX), true), at, |_, d| got.push(d));
+        }
+        let rates: Vec<u32> = got
+            .iter()
+            .map(|d| read_feedback_rate(&d[28..], 8).unwrap())
+            .collect();
+        // 1 500 bytes per ms: 12 Mbit/s.
+        assert!(rates[0] >= 11_000, "{rates:?}");
+        assert!(
+            rates[1..].iter().all(|r| *r > rates[0] / 2),
+            "stamped in the gap: {rates:?}"
+        );
     }
 
     #[test]

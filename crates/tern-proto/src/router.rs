@@ -49,10 +49,11 @@
 //! ```
 //!
 //! with `C` the capacity, `α` the target utilisation, `d` the control round-trip time, `a` the
-//! rate gain, `β` the queue gain, and `w_min` the smallest weight (at most 1) seen in the
-//! interval (so that a lone flow of any weight can be given the whole link). And when a flow
-//! of weight `w` is first seen while tracked flows weigh `W` in all, `R ← R · W / (W + w)` at
-//! once (NC-TCP's `/N`, applied ahead of the loop).
+//! rate gain, `β` the queue gain, and `w_min` the smallest weight (at most 1) of the tracked
+//! flows (so that a lone flow of any weight can be given the whole link). And when a flow of
+//! weight `w` is first seen while tracked flows weigh `W` in all,
+//! `R ← R · W / (W + min(w, W))` at once (NC-TCP's `/N`, applied ahead of the loop; at most
+//! halving `R`, so that one packet declaring a huge weight cannot cut every flow's rate).
 //!
 //! Why this shape (NC-TCP's `r = α(C − q)/N` made robust):
 //! - *Dividing by `N` is done by the loop, not by counting flows.* At equilibrium `S = 0`, so
@@ -137,7 +138,9 @@
 //! - Weights are clamped to [[`DEFAULT_MIN_WEIGHT`], [`DEFAULT_MAX_WEIGHT`]] = [1/1000, 1000]:
 //!   §13.2 lets routers cap a greedy sender's declared weight by policy; 0 would starve a flow.
 //! - Flow timeout [`DEFAULT_FLOW_TIMEOUT`] = 2 s: a flow not seen for that long leaves the table
-//!   (its weight no longer counts in `w_min`, nor in [`RouterStats::flows`]); a paced flow sends
+//!   at the next sweep (every 1 s, so 2–3 s after its last packet; its weight no longer counts
+//!   in `w_min`, nor in [`RouterStats::flows`]; an empty table puts `R` back to `α·C`); a
+//!   paced flow sends
 //!   far more often, so only finished flows time out. The rate itself needs no per-flow state:
 //!   every packet carries its weight.
 //! - At most [`DEFAULT_MAX_FLOWS`] = 65 536 tracked flows: a flood of random connection IDs
@@ -458,7 +461,7 @@ impl fmt::Display for RouterStats {
 }
 
 /// How far above the most demanding flow's use (per unit weight) spare capacity may raise `R`
-/// (2: a flow that can grow doubles its rate per round trip, as in slow start).
+/// (1.25: a quarter above what a flow uses; see "Constants and why").
 pub const DEMAND_HEADROOM: f64 = 1.25;
 
 #[derive(Debug, Clone, Copy)]
@@ -484,8 +487,8 @@ pub struct Router {
     /// Bytes (all traffic) and rated bytes since the last update.
     interval_bytes: u64,
     interval_rated_bytes: u64,
-    /// Smallest weight seen since the last update (at most 1).
-    interval_min_weight: f64,
+    /// Smallest weight of the tracked flows (at most 1): `w_min`, recomputed at each sweep.
+    min_weight: f64,
     /// Queue samples since the last update, and the latest one.
     queue_sum: f64,
     queue_samples: u64,
@@ -515,7 +518,7 @@ impl Router {
             last_sweep: now,
             interval_bytes: 0,
             interval_rated_bytes: 0,
-            interval_min_weight: 1.0,
+            min_weight: 1.0,
             queue_sum: 0.0,
             queue_samples: 0,
             last_queue: 0,
@@ -588,7 +591,7 @@ impl Router {
         self.interval_rated_bytes = self.interval_rated_bytes.saturating_add(len);
         let flow = FlowKey::new(header.dcid.as_bytes(), header.path_id);
         let weight = self.config.weight(area.expected_kbps);
-        self.interval_min_weight = self.interval_min_weight.min(weight);
+        self.min_weight = self.min_weight.min(weight);
         self.track(flow, area.expected_kbps, weight, len, now);
         let rate = self.allowed(area.expected_kbps, weight) * self.phase_factor(wait);
         let to_kbps = kbps(rate);
@@ -686,8 +689,14 @@ impl Router {
             // loop would cost a round trip of overload and its queue (with every flow starting
             // together, N new flows at R = α·C each). Flows limited elsewhere make this too low
             // for a moment; the loop then raises R within a few round trips.
+            //
+            // The declared weight counts up to W, so a join at most halves R: one packet with a
+            // fresh CID and a huge Expected Rate must not cut every flow's rate (found by an
+            // outside read: ÷334 from one 40-byte packet). A heavier newcomer is brought to its
+            // share by the loop, which measures load.
             if self.total_weight > 0.0 {
-                let scaled = self.rate * self.total_weight / (self.total_weight + weight);
+                let w = weight.min(self.total_weight);
+                let scaled = self.rate * self.total_weight / (self.total_weight + w);
                 self.rate = scaled.max(MIN_RATE_BPS);
             }
             self.total_weight += weight;
@@ -733,7 +742,7 @@ impl Router {
         let wanted = (target - beta * 8.0 * q / d).max(target * MIN_WANTED);
         let error = ((wanted - y) / target).clamp(-MAX_OVERLOAD, 1.0);
         let step = sane((gain * (dt / d).min(1.0) * error).exp(), 1.0);
-        let max_rate = (c / self.interval_min_weight.min(1.0)).max(MIN_RATE_BPS);
+        let max_rate = (c / self.min_weight.min(1.0)).max(MIN_RATE_BPS);
         let rated_y = self.interval_rated_bytes as f64 * 8.0 / dt;
         // Each flow's use of its share, per unit weight, smoothed over about d.
         let smooth = (dt / d).min(1.0);
@@ -764,7 +773,6 @@ impl Router {
         self.last_update = now;
         self.interval_bytes = 0;
         self.interval_rated_bytes = 0;
-        self.interval_min_weight = 1.0;
         self.queue_sum = 0.0;
         self.queue_samples = 0;
 
@@ -774,6 +782,12 @@ impl Router {
                 .retain(|_, f| now.saturating_duration_since(f.last_seen) < timeout);
             // Recomputed rather than decremented, so rounding never accumulates.
             self.total_weight = self.flows.values().map(|f| f.weight).sum();
+            self.min_weight = self.flows.values().map(|f| f.weight).fold(1.0, f64::min);
+            if self.flows.is_empty() {
+                // Every flow left: the next one may take the whole target at once, as the
+                // first did (the loop, updated only by arriving packets, would take seconds).
+                self.rate = target;
+            }
             self.last_sweep = now;
         }
     }
@@ -1479,6 +1493,60 @@ mod tests {
         // Gain 0: every flow of a weight gets the same stamp.
         let mut r = Router::new(RouterConfig::new(1_000_000).with_phase_gain(0.0), t0);
         assert_eq!(stamp(&mut r, Some(Duration::from_millis(10))), 980);
+    }
+
+    #[test]
+    fn one_packet_declaring_a_huge_weight_at_most_halves_the_rate() {
+        // Found by an outside read: the first packet of a new flow key cut R by W/(W + w) with
+        // w its own declared weight (up to 1000), so one 40-byte packet with a fresh CID cut
+        // three flows' rates ÷334.
+        let t0 = origin();
+        let mut r = Router::new(RouterConfig::new(1_000_000), t0);
+        for cid in 1..=3u8 {
+            r.on_datagram(
+                t0,
+                &mut packet(&[cid; 8], 0, NO_RATE_LIMIT, NO_RATE_LIMIT, 100),
+            );
+        }
+        let before = r.rate_per_weight_bps();
+        let huge = u32::MAX - 1;
+        r.on_datagram(t0, &mut packet(&[9; 8], 0, huge, NO_RATE_LIMIT, 40));
+        let after = r.rate_per_weight_bps();
+        assert!(after >= before / 2.0 - 1.0, "{before} -> {after}");
+    }
+
+    #[test]
+    fn flows_gone_put_the_rate_back_and_their_weight_out_of_w_min() {
+        // Found by an outside read: once every flow had left, R stayed where they had left it
+        // (the loop runs only on arriving packets); and w_min came from the last interval, so
+        // a light flow sending less than once per interval was clamped to w·C.
+        let t0 = origin();
+        let mut r = Router::new(RouterConfig::new(1_000_000), t0);
+        // A lone flow of weight 0.5 on a 1 Mbit/s link, 1 500 bytes every 20 ms (600 kbit/s):
+        // R may rise above C for it (up to 2 Mbit/s per unit weight: the whole link), and is
+        // not clamped at C in every interval without one of its packets.
+        let mut t = t0;
+        for _ in 0..200 {
+            r.on_datagram(t, &mut packet(&[1; 8], 0, 500, NO_RATE_LIMIT, 1500));
+            t += Duration::from_millis(20);
+        }
+        assert!(
+            r.rate_per_weight_bps() > 1_100_000.0,
+            "{}",
+            r.rate_per_weight_bps()
+        );
+        // Three flows, then silence: the table empties and R is α·C again.
+        for cid in 2..=4u8 {
+            r.on_datagram(
+                t,
+                &mut packet(&[cid; 8], 0, NO_RATE_LIMIT, NO_RATE_LIMIT, 100),
+            );
+        }
+        assert!(r.rate_per_weight_bps() < 980_000.0);
+        t += Duration::from_secs(4);
+        r.on_other(t, 40);
+        assert_eq!(r.stats().flows, 0);
+        assert_eq!(r.rate_per_weight_bps(), 980_000.0);
     }
 
     #[test]
