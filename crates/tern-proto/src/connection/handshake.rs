@@ -732,7 +732,9 @@ impl Connection {
 
     fn release_first_flight(&mut self, now: Instant) {
         if let Some(frames) = self.held_first_flight.take().filter(|f| !f.is_empty()) {
-            if let Err((code, reason)) = self.process_frames(now, 0, &frames) {
+            let result = first_flight_frames_allowed(&frames)
+                .and_then(|()| self.process_frames(now, 0, &frames));
+            if let Err((code, reason)) = result {
                 self.fail(now, code, reason);
             }
         }
@@ -744,7 +746,6 @@ impl Connection {
         self.initial_payload.get(1..33).unwrap_or(&[])
     }
 
-    /// Server: whether the first flight was IK (the only one that carries early data).
     /// Server: how often this half-open connection was rebuilt from a differing first
     /// message (0 once the handshake is over).
     pub(crate) fn reaccepts(&self) -> u32 {
@@ -754,7 +755,73 @@ impl Connection {
         }
     }
 
+    /// Server: whether the first flight was IK (the only one that carries early data).
     pub(crate) fn first_flight_is_ik(&self) -> bool {
         self.initial_payload.first() == Some(&PATTERN_IK)
+    }
+}
+
+/// §7.6: message 1 carries flow and message data and credit, nothing that refers to packet
+/// numbers or paths (no packet was sent yet, and the server may already have sent some: its
+/// handshake train). Checked before any frame takes effect.
+fn first_flight_frames_allowed(payload: &[u8]) -> Result<(), super::recv::FrameError> {
+    use crate::wire::Frame;
+    for frame in crate::wire::FrameIter::new(payload) {
+        let frame =
+            frame.map_err(|_| (TransportErrorCode::FRAME_ENCODING_ERROR, "malformed frame"))?;
+        let allowed = matches!(
+            frame,
+            Frame::Padding { .. }
+                | Frame::Ping
+                | Frame::Flow(_)
+                | Frame::ResetFlow { .. }
+                | Frame::StopSending { .. }
+                | Frame::MaxData { .. }
+                | Frame::MaxFlowData { .. }
+                | Frame::MaxFlows { .. }
+                | Frame::DataBlocked { .. }
+                | Frame::FlowDataBlocked { .. }
+                | Frame::Message(_)
+                | Frame::MessageSkip { .. }
+                | Frame::Datagram { .. }
+        );
+        if !allowed {
+            return Err((
+                TransportErrorCode::PROTOCOL_VIOLATION,
+                "frame not allowed in the first flight",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Frame;
+
+    #[test]
+    fn a_first_flight_with_path_or_packet_number_frames_is_refused() {
+        // Found by two outside reads: §7.6 forbids them, nothing enforced it, and the server
+        // may already have sent packets (its handshake train) for an Ack to acknowledge.
+        let mut ok = Vec::new();
+        Frame::MaxData { max: 100_000 }.encode(&mut ok);
+        Frame::Ping.encode(&mut ok);
+        assert_eq!(first_flight_frames_allowed(&ok), Ok(()));
+        for bad in [
+            Frame::PathChallenge { data: [7; 8] },
+            Frame::PathResponse { data: [7; 8] },
+            Frame::AckRequest,
+        ] {
+            let mut payload = ok.clone();
+            bad.encode(&mut payload);
+            let refused = first_flight_frames_allowed(&payload);
+            assert_eq!(
+                refused.map_err(|e| e.0),
+                Err(TransportErrorCode::PROTOCOL_VIOLATION),
+                "{bad:?}"
+            );
+        }
+        assert!(first_flight_frames_allowed(&[0xff, 0xff]).is_err());
     }
 }
