@@ -43,8 +43,9 @@ const MIN_CHALLENGE_BUDGET: u64 = 64;
 /// A PathChallenge or PathResponse frame: type and 8 bytes.
 const VALIDATION_FRAME_LEN: usize = 9;
 
-/// Frames a packet may end with after its ACKs: a Ping and an AckRequest (one byte each).
-const TRAILER_LEN: usize = 2;
+/// Frames a packet may end with after its ACKs and data, one byte each: a Ping owed, then a
+/// probe's Ping and AckRequest, or the AckRequest of the last packet before a pause.
+const TRAILER_LEN: usize = 3;
 
 const _: () = assert!(
     wire::MAX_SHORT_HEADER_LEN + TAG_LEN + VALIDATION_FRAME_LEN + TRAILER_LEN
@@ -688,7 +689,7 @@ impl Connection {
                 ack_eliciting = true;
             }
             if data_allowed {
-                let limit = payload_start + max_payload;
+                let limit = payload_start + max_payload - TRAILER_LEN;
                 if purpose == Purpose::Data {
                     if let Some((train, position, count)) =
                         self.paths[index].probe_tx.next_packet(now)
@@ -1191,30 +1192,41 @@ impl Connection {
                 continue;
             };
             let before = buf.len();
+            // What is left of `room` after this flow's frames so far: each control frame
+            // goes only if it fits, and the data is sized from what is left.
+            let left = |buf: &Vec<u8>| room.saturating_sub(buf.len() - before);
+            let mut more = false;
             if let Some(recv) = state.recv.as_mut() {
                 if recv.stop_pending {
-                    Frame::StopSending {
+                    let frame = Frame::StopSending {
                         flow_id: id.0,
                         error_code: recv.stop.unwrap_or(0),
+                    };
+                    if frame.encoded_len() <= left(buf) {
+                        frame.encode(buf);
+                        recv.stop_pending = false;
+                        frames.push(SentFrame::StopSending(id));
+                    } else {
+                        more = true;
                     }
-                    .encode(buf);
-                    recv.stop_pending = false;
-                    frames.push(SentFrame::StopSending(id));
                 }
             }
-            let mut more = false;
             if let Some(send) = state.send.as_mut() {
                 if let Some(code) = send.reset.filter(|_| send.reset_pending) {
-                    Frame::ResetFlow {
+                    let frame = Frame::ResetFlow {
                         flow_id: id.0,
                         error_code: code,
                         final_size: send.unsent,
+                    };
+                    if frame.encoded_len() <= left(buf) {
+                        frame.encode(buf);
+                        send.reset_pending = false;
+                        frames.push(SentFrame::ResetFlow(id));
+                    } else {
+                        more = true;
                     }
-                    .encode(buf);
-                    send.reset_pending = false;
-                    frames.push(SentFrame::ResetFlow(id));
-                } else {
-                    let max = room.saturating_sub(FLOW_FRAME_OVERHEAD) as u64;
+                } else if left(buf) > FLOW_FRAME_OVERHEAD {
+                    let max = left(buf).saturating_sub(FLOW_FRAME_OVERHEAD) as u64;
                     let was_new = send.unsent;
                     if let Some((offset, len, fin)) = send.next_range(max, conn_credit) {
                         let new_bytes = send.unsent - was_new;
@@ -1239,8 +1251,10 @@ impl Connection {
                         if send.is_credit_blocked() {
                             send.blocked_pending = true;
                         }
-                        more = send.has_pending();
+                        more |= send.has_pending();
                     }
+                } else {
+                    more = true;
                 }
             }
             room = room.saturating_sub(buf.len() - before);
