@@ -153,6 +153,29 @@ fn a_peer_opening_flows_beyond_the_limit_gets_flow_limit_error() {
 }
 
 #[test]
+fn frames_about_a_flow_of_ours_never_opened_are_a_flow_state_error() {
+    // Found by an outside read: they were dropped without a word.
+    let mut p = Pair::new(|_| {});
+    let ours = FlowId::new(Side::Server, Dir::Bi, 0);
+    let stop = Frame::StopSending {
+        flow_id: ours.0,
+        error_code: 1,
+    };
+    let credit = Frame::MaxFlowData {
+        flow_id: ours.0,
+        max: 1 << 20,
+    };
+    for frame in [flow_frame(ours, 0, b"x"), stop, credit] {
+        let err = p.inject(&[frame]).unwrap_err();
+        assert_eq!(err.0, TransportErrorCode::FLOW_STATE_ERROR);
+    }
+    // Once opened (and even after it is gone), the same frames are fine.
+    let opened = p.server_conn().open_flow(Dir::Bi).unwrap();
+    assert_eq!(opened, ours);
+    assert!(p.inject(&[flow_frame(ours, 0, b"x")]).is_ok());
+}
+
+#[test]
 fn one_byte_flow_fragments_with_gaps_are_bounded() {
     let mut p = Pair::new(|c| c.max_recv_ranges = 100);
     let id = FlowId::new(Side::Client, Dir::Uni, 0);

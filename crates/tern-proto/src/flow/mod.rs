@@ -265,10 +265,13 @@ impl FlowSet {
     ) -> Result<Option<&mut FlowState>, FlowError> {
         let ours = id.initiator() == self.side;
         if ours {
-            if id.dir() == Dir::Uni && sending {
+            // Our own uni flow has no half the peer sends on; and a flow we never opened
+            // cannot be spoken of (closed and forgotten ones can, which is fine).
+            if (id.dir() == Dir::Uni && sending)
+                || id.index() >= self.next_local[dir_index(id.dir())]
+            {
                 return Err(FlowError::State);
             }
-            // Our own flow: may already be closed and forgotten, which is fine.
             return Ok(self.flows.get_mut(&id));
         }
         if id.dir() == Dir::Uni && !sending {

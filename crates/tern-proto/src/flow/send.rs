@@ -224,9 +224,10 @@ impl SendFlow {
         if start >= end {
             return;
         }
-        self.retransmit.insert(start..end);
-        for acked in self.acked.iter().collect::<Vec<_>>() {
-            self.retransmit.remove(acked);
+        // Only the parts not acknowledged meanwhile (by a later copy): a walk over this
+        // range's acknowledged ranges, not over every range the flow has.
+        for hole in self.acked.holes(start..end) {
+            self.retransmit.insert(hole);
         }
     }
 
