@@ -54,6 +54,9 @@ pub struct EndpointStats {
     pub resets_sent: u64,
     /// Stateless resets not sent because the budget (`stateless_resets_per_second`) was spent.
     pub resets_suppressed: u64,
+    /// Stateless resets not sent because the connection ID names another server (routable
+    /// IDs: servers sharing a reset secret answer only for their own).
+    pub resets_not_ours: u64,
     /// Version negotiation packets sent.
     pub version_negotiations: u64,
     /// Initials below the 1200-byte minimum.
@@ -530,6 +533,16 @@ impl Endpoint {
         const MIN_TRIGGER: usize = wire::STATELESS_RESET_MIN_LEN + 1;
         if len < MIN_TRIGGER || self.stateless.len() > 64 {
             return;
+        }
+        // Servers that share a reset secret (one per cluster, §14.3) must not answer for each
+        // other: a connection ID live on another server would get its valid token back from
+        // us, and with it anyone could reset that connection. With routable IDs, only our own
+        // server ID is answered for.
+        if let Some(r) = &self.config.routable_cids {
+            if r.config().server_id(cid.as_bytes()).as_deref() != Some(r.server_id()) {
+                self.stats.resets_not_ours += 1;
+                return;
+            }
         }
         if !self.reset_budget.take(now) {
             // A flood, or two stateless ends bouncing resets: answer no more than the budget.

@@ -1565,6 +1565,34 @@ fn stateless_resets_are_rate_limited() {
     assert_eq!(server.stats().resets_suppressed, 80);
 }
 
+/// Servers that share a reset secret answer an unknown connection ID with a reset only if
+/// the ID names them: otherwise another server's live ID would get its valid token back, and
+/// with it anyone could reset that connection (found by an outside read).
+#[test]
+fn a_server_with_routable_ids_resets_only_its_own() {
+    use tern_proto::lb::{QuicLb, RoutableCids};
+    let lb = QuicLb::new(2, 3, 4, Some([9; 16])).unwrap();
+    let ours = RoutableCids::new(lb.clone(), &[0xab, 0xcd, 0x01]).unwrap();
+    let mut c = config(2, true);
+    c.routable_cids = Some(ours);
+    #[allow(clippy::disallowed_methods)]
+    let now = Instant::now();
+    let mut server = Endpoint::new(c, now);
+    for (server_id, answered) in [([0xab, 0xcd, 0x01], true), ([0xab, 0xcd, 0x02], false)] {
+        let cid = lb.encode(&server_id, &[5, 6, 7, 8]).unwrap();
+        let mut d = vec![0x41u8; 100];
+        d[1..9].copy_from_slice(cid.as_bytes());
+        server.handle(now, CLIENT.parse().unwrap(), None, &mut d);
+        let mut out = Vec::new();
+        let mut sent = 0;
+        while server.poll_transmit(now, &mut out).is_some() {
+            sent += 1;
+        }
+        assert_eq!(sent, usize::from(answered), "{server_id:?}");
+    }
+    assert_eq!(server.stats().resets_not_ours, 1);
+}
+
 #[test]
 fn a_server_with_a_quic_lb_configuration_puts_its_server_id_in_every_connection_id() {
     use tern_proto::lb::{QuicLb, RoutableCids};
