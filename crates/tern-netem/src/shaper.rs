@@ -234,6 +234,9 @@ pub struct Shaper {
     /// Sub-nanosecond remainder of serialization times (units of 1/rate ns).
     carry: u128,
     cursor: Option<Cursor>,
+    /// After a change of rate model: when the packets queued under the old one are all gone.
+    /// The new model serves nothing before it (one link, one queue).
+    resume_after: Option<Instant>,
     backlog: VecDeque<(Instant, usize)>,
     backlog_bytes: usize,
     stats: ShaperStats,
@@ -250,6 +253,7 @@ impl Shaper {
             busy_until: None,
             carry: 0,
             cursor: None,
+            resume_after: None,
             backlog: VecDeque::new(),
             backlog_bytes: 0,
             stats: ShaperStats::default(),
@@ -268,6 +272,14 @@ impl Shaper {
         };
         if trace_changed {
             self.cursor = None;
+        }
+        // What is queued keeps its departure times; the new model takes over behind it, or
+        // the link would serve two queues at once for a while (found by an outside read).
+        if let Some(&(last, _)) = self.backlog.back() {
+            self.resume_after = Some(last);
+            if matches!(rate, RateModel::Constant(_)) {
+                self.busy_until = Some(self.busy_until.map_or(last, |b| b.max(last)));
+            }
         }
         self.rate = rate;
         self.limit = limit;
@@ -417,8 +429,10 @@ impl Shaper {
     /// its last.
     fn replay(&mut self, trace: &Trace, size: usize, now: Instant) -> (Instant, Instant) {
         let at = |index: u64| self.epoch + trace.time_of(index);
-        // The first opportunity strictly after the arrival.
-        let first_usable = trace.first_after(now.saturating_duration_since(self.epoch));
+        // The first opportunity strictly after the arrival (and after what an earlier model
+        // still has queued).
+        let from = self.resume_after.map_or(now, |r| r.max(now));
+        let first_usable = trace.first_after(from.saturating_duration_since(self.epoch));
         let (mut index, mut left) = match self.cursor {
             // Bytes left in an opportunity that has not happened yet carry this packet's first
             // bytes (the packet before it is still queued then).
@@ -454,6 +468,27 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_new_rate_model_serves_behind_what_the_old_one_queued() {
+        let t0 = origin();
+        // 1 500 B at 12 Mbit/s: 1 ms each; five queued until t0 + 5 ms.
+        let mut s = Shaper::new(RateModel::Constant(12_000_000), QueueLimit::UNLIMITED, t0);
+        for _ in 0..5 {
+            s.offer(1500, t0);
+        }
+        // A trace with an opportunity every millisecond takes over at t0 + 1 ms: its first
+        // packet leaves after the old queue, not at the trace's next opportunity.
+        let trace = Trace::from_opportunities((0..1000).collect()).unwrap();
+        s.reconfigure(RateModel::Trace(Arc::new(trace)), QueueLimit::UNLIMITED);
+        let d = s.offer(1500, t0 + ms(1)).unwrap();
+        assert!(d > t0 + ms(5), "{:?}", d - t0);
+        // And back to a constant rate: behind the trace's packet.
+        s.reconfigure(RateModel::Constant(12_000_000), QueueLimit::UNLIMITED);
+        let e = s.offer(1500, t0 + ms(2)).unwrap();
+        assert_eq!(e, d + ms(1));
+        assert_eq!(s.queue(t0 + ms(2)).1, 5);
     }
 
     #[test]
