@@ -164,34 +164,38 @@ impl DirectionEngine {
     /// router's floor and clamp its rate there, from which it climbs back for seconds after
     /// the gap (found by an outside read). The queue that builds in the gap lowers the rate
     /// through the control law instead. Before the trace's first opportunity: no router.
-    fn capacity(&mut self, now: Instant) -> Option<u64> {
-        match self.shaper.rate() {
+    fn capacity(
+        shaper: &Shaper,
+        epoch: Instant,
+        last: &mut Option<u64>,
+        now: Instant,
+    ) -> Option<u64> {
+        match shaper.rate() {
             RateModel::Unlimited => None,
             RateModel::Constant(bps) => Some(*bps),
             RateModel::Trace(trace) => {
-                let to = now.saturating_duration_since(self.epoch);
+                let to = now.saturating_duration_since(epoch);
                 let from = to.saturating_sub(TRACE_RATE_WINDOW);
                 let window = (to - from).max(Duration::from_millis(1));
                 let bytes = trace.capacity_bytes_between(from, to);
                 let bps = u128::from(bytes) * 8 * 1_000_000_000 / window.as_nanos();
                 let bps = u64::try_from(bps).unwrap_or(u64::MAX);
                 if bps > 0 {
-                    self.trace_capacity = Some(bps);
+                    *last = Some(bps);
                 }
-                self.trace_capacity
+                *last
             }
         }
     }
 
     /// Runs the router on a packet entering the queue at `now`.
     fn route(&mut self, now: Instant, packet: &mut [u8]) {
-        if self.config.router.is_none() {
-            return;
-        }
-        let Some(capacity) = self.capacity(now) else {
+        let Some(config) = &self.config.router else {
             return;
         };
-        let Some(config) = &self.config.router else {
+        let Some(capacity) =
+            Self::capacity(&self.shaper, self.epoch, &mut self.trace_capacity, now)
+        else {
             return;
         };
         let queued = self.shaper.queue(now).0;

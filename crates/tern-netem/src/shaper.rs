@@ -367,7 +367,8 @@ impl Shaper {
         self.stats.offered_bytes += size as u64;
         self.drain(now);
         if matches!(self.rate, RateModel::Unlimited) {
-            return Some(now);
+            // Behind what a rate model before it still has queued, if any.
+            return Some(self.resume_after.map_or(now, |r| r.max(now)));
         }
         let over_bytes = self
             .limit

@@ -364,7 +364,10 @@ impl Endpoint {
         };
         self.schedule.occupy(idx);
         if let Some(token) = token {
-            self.reset_tokens.insert(token, idx);
+            // The first connection with a token keeps it: a replayed IK message 1 carries the
+            // live connection's token, and its half-open copy must not take the route over
+            // (and take it away when it expires).
+            self.reset_tokens.entry(token).or_insert(idx);
         }
         ConnectionHandle(idx)
     }
@@ -611,6 +614,14 @@ impl Endpoint {
                 self.reaccept(now, remote, idx, &packet, len);
                 return;
             }
+            if packet.ty == wire::LongType::Handshake
+                && self.connections[idx]
+                    .as_ref()
+                    .is_some_and(|c| c.awaiting_client_finish())
+                && !self.third_message_allowed(now, idx, remote, &packet)
+            {
+                return;
+            }
             if let Some(conn) = self.connections[idx].as_mut() {
                 self.schedule.touch(idx);
                 if packet.ty == wire::LongType::Initial {
@@ -633,7 +644,7 @@ impl Endpoint {
                     conn.fail(now, code, "bad handshake message");
                 }
                 if let Some(token) = conn.peer_reset_token {
-                    self.reset_tokens.insert(token, idx);
+                    self.reset_tokens.entry(token).or_insert(idx);
                 }
             }
             self.announce_if_ready(idx);
@@ -782,9 +793,9 @@ impl Endpoint {
 
     /// Whether `packet` is another copy of the first message of the half-open XX connection
     /// `idx` that differs from the one it was built from. Only XX (IK's first message is
-    /// authenticated and judged for replay, §7.8), only under the client's own DCID (the
+    /// authenticated and judged for replay, §7.8), and only under the client's own DCID (the
     /// server's CID, known from our answer, would leave the client's DCID routed to the
-    /// slot for good, §7.4), and only [`MAX_REACCEPTS`](handshake::MAX_REACCEPTS) times.
+    /// slot for good, §7.4).
     fn is_damaged_first_message(&self, idx: usize, packet: &wire::LongPacket<'_>) -> bool {
         packet.ty == wire::LongType::Initial
             && packet.payload.first() == Some(&handshake::PATTERN_XX)
@@ -792,9 +803,35 @@ impl Endpoint {
                 c.awaiting_client_finish()
                     && !c.first_flight_is_ik()
                     && packet.dcid == c.original_dcid
-                    && c.reaccepts() < handshake::MAX_REACCEPTS
                     && (c.initial_payload != packet.payload || c.remote_cid != packet.scid)
             })
+    }
+
+    /// Whether a Handshake packet for the half-open connection `idx` (an XX third message)
+    /// may be read. Reading one that fails costs a rebuild of the Noise state (three X25519
+    /// operations), so it must name the server's own CID (which only the client and whoever
+    /// sees its packets know) and is charged to the source's handshake budget, as an Initial
+    /// is: a forger is held to the budget, and a genuine message that finds it spent is
+    /// dropped and comes again with the client's retransmission.
+    fn third_message_allowed(
+        &mut self,
+        now: Instant,
+        idx: usize,
+        remote: SocketAddr,
+        packet: &wire::LongPacket<'_>,
+    ) -> bool {
+        let ours = self.connections[idx]
+            .as_ref()
+            .is_some_and(|c| c.local_cid == packet.dcid);
+        if !ours {
+            self.stats.unroutable += 1;
+            return false;
+        }
+        if !self.handshake_rate.allow(now, remote.ip()) {
+            self.stats.rate_limited += 1;
+            return false;
+        }
+        true
     }
 
     fn reaccept(
@@ -815,7 +852,6 @@ impl Endpoint {
             self.stats.short_initials += 1;
             return;
         }
-        let reaccepts = old.reaccepts() + 1;
         let validated = old.paths[0].validated && old.paths[0].remote == remote;
         let local_cid = old.local_cid;
         // Each rebuild is a handshake's Noise work: charged to the source like a new one.
@@ -840,9 +876,6 @@ impl Endpoint {
         ) {
             let mut conn = conn;
             self.seed(&mut conn);
-            if let crate::connection::State::Handshake(hs) = &mut conn.state {
-                hs.reaccepts = reaccepts;
-            }
             self.connections[idx] = Some(conn);
             self.schedule.occupy(idx);
         }

@@ -51,9 +51,10 @@
 //! with `C` the capacity, `α` the target utilisation, `d` the control round-trip time, `a` the
 //! rate gain, `β` the queue gain, and `w_min` the smallest weight (at most 1) of the tracked
 //! flows (so that a lone flow of any weight can be given the whole link). And when a flow of
-//! weight `w` is first seen while tracked flows weigh `W` in all,
-//! `R ← R · W / (W + min(w, W))` at once (NC-TCP's `/N`, applied ahead of the loop; at most
-//! halving `R`, so that one packet declaring a huge weight cannot cut every flow's rate).
+//! weight `w` is first seen while tracked flows weigh `W` in all (each counted up to 1),
+//! `R ← R · W / (W + min(w, 1))` at once (NC-TCP's `/N`, applied ahead of the loop; a
+//! newcomer counts as at most one flow, so that one packet declaring a huge weight cannot cut
+//! every flow's rate).
 //!
 //! Why this shape (NC-TCP's `r = α(C − q)/N` made robust):
 //! - *Dividing by `N` is done by the loop, not by counting flows.* At equilibrium `S = 0`, so
@@ -676,7 +677,10 @@ impl Router {
 
     fn track(&mut self, key: FlowKey, expected_kbps: u32, weight: f64, len: u64, now: Instant) {
         if let Some(f) = self.flows.get_mut(&key) {
-            self.total_weight += weight - f.weight;
+            // Its weight changed: W follows (a newcomer joined at `min(w, 1)` until the sweep).
+            if weight != f.weight {
+                self.total_weight += weight.min(1.0) - f.weight.min(1.0);
+            }
             f.expected_kbps = expected_kbps;
             f.weight = weight;
             f.bytes = f.bytes.saturating_add(len);
@@ -690,16 +694,17 @@ impl Router {
             // together, N new flows at R = α·C each). Flows limited elsewhere make this too low
             // for a moment; the loop then raises R within a few round trips.
             //
-            // The declared weight counts up to W, so a join at most halves R: one packet with a
-            // fresh CID and a huge Expected Rate must not cut every flow's rate (found by an
-            // outside read: ÷334 from one 40-byte packet). A heavier newcomer is brought to its
-            // share by the loop, which measures load.
+            // A newcomer counts here as at most one unit flow (W and the cut alike): one packet
+            // with a fresh CID and a huge Expected Rate must not cut every flow's rate (found
+            // by an outside read: ÷334 from one 40-byte packet); k such packets weigh as k
+            // flows joining. A heavier newcomer is brought to its share by the loop, which
+            // measures load, and the sweep counts its whole weight in W.
+            let w = weight.min(1.0);
             if self.total_weight > 0.0 {
-                let w = weight.min(self.total_weight);
                 let scaled = self.rate * self.total_weight / (self.total_weight + w);
                 self.rate = scaled.max(MIN_RATE_BPS);
             }
-            self.total_weight += weight;
+            self.total_weight += w;
             self.flows.insert(
                 key,
                 Flow {
@@ -781,7 +786,7 @@ impl Router {
             self.flows
                 .retain(|_, f| now.saturating_duration_since(f.last_seen) < timeout);
             // Recomputed rather than decremented, so rounding never accumulates.
-            self.total_weight = self.flows.values().map(|f| f.weight).sum();
+            self.total_weight = self.flows.values().map(|f| f.weight.min(1.0)).sum();
             self.min_weight = self.flows.values().map(|f| f.weight).fold(1.0, f64::min);
             if self.flows.is_empty() {
                 // Every flow left: the next one may take the whole target at once, as the
@@ -1512,7 +1517,16 @@ mod tests {
         let huge = u32::MAX - 1;
         r.on_datagram(t0, &mut packet(&[9; 8], 0, huge, NO_RATE_LIMIT, 40));
         let after = r.rate_per_weight_bps();
-        assert!(after >= before / 2.0 - 1.0, "{before} -> {after}");
+        assert!(
+            after >= before * 0.75 - 1.0,
+            "as one flow joining: {before} -> {after}"
+        );
+        // Ten of them weigh as ten flows, not ten thousand.
+        for cid in 10..19u8 {
+            r.on_datagram(t0, &mut packet(&[cid; 8], 0, huge, NO_RATE_LIMIT, 40));
+        }
+        let ten = r.rate_per_weight_bps();
+        assert!(ten >= before * 3.0 / 13.0 - 1.0, "{before} -> {ten}");
     }
 
     #[test]

@@ -57,22 +57,7 @@ pub(crate) struct HandshakeState {
     pub(crate) early_packets: Vec<EarlyPacket>,
     /// Padding Initials still to send behind the first Initial (`handshake_train`).
     pub(crate) padding_left: u8,
-    /// Server, XX: third messages that did not authenticate. Each costs a rebuild of the
-    /// Noise state (three X25519 operations), so the handshake ends after
-    /// [`MAX_FAILED_READS`].
-    pub(crate) failed_reads: u32,
-    /// Server, XX: times this half-open connection was built again from a differing first
-    /// message; at most [`MAX_REACCEPTS`].
-    pub(crate) reaccepts: u32,
 }
-
-/// Third messages that fail to authenticate before a server gives the handshake up: a client
-/// retransmits an intact one, and a forger must not buy Noise work without limit.
-pub(crate) const MAX_FAILED_READS: u32 = 4;
-
-/// Differing first messages a half-open XX connection is rebuilt from (each a full `accept`):
-/// enough for a damaged copy or two, not a way to buy handshakes beyond the source's rate.
-pub(crate) const MAX_REACCEPTS: u32 = 3;
 
 /// Most protected packets a client keeps while it waits for the handshake's response.
 pub(crate) const MAX_EARLY_PACKETS: usize = crate::path::probe::DEFAULT_TRAIN_LEN as usize;
@@ -508,12 +493,6 @@ impl Connection {
         if noise.read(packet.payload, &mut payload).is_err() {
             self.stats.auth_failures += 1;
             self.report_violation(crate::event::Violation::Authentication);
-            if let State::Handshake(hs) = &mut self.state {
-                hs.failed_reads += 1;
-                if hs.failed_reads >= MAX_FAILED_READS {
-                    return Err(TransportErrorCode::CRYPTO_ERROR);
-                }
-            }
             return Ok(());
         }
         // The client's reset token, encrypted (message 1 of XX is not): 16 bytes, or none.
@@ -744,15 +723,6 @@ impl Connection {
     /// pattern byte), which names the flight in the replay register.
     pub(crate) fn first_flight_ephemeral(&self) -> &[u8] {
         self.initial_payload.get(1..33).unwrap_or(&[])
-    }
-
-    /// Server: how often this half-open connection was rebuilt from a differing first
-    /// message (0 once the handshake is over).
-    pub(crate) fn reaccepts(&self) -> u32 {
-        match &self.state {
-            State::Handshake(hs) => hs.reaccepts,
-            _ => 0,
-        }
     }
 
     /// Server: whether the first flight was IK (the only one that carries early data).

@@ -144,6 +144,9 @@ pub struct Connection {
     pub(crate) paths: Vec<Path>,
     pub(crate) flows: FlowSet,
     pub(crate) events: VecDeque<Event>,
+    /// SecurityViolation events queued and not yet polled, one bit per kind (see
+    /// `report_violation`).
+    pub(crate) violations_queued: u8,
     pub(crate) stats: stats::Counters,
     /// Handshake is confirmed: no more handshake retransmissions are needed.
     pub(crate) confirmed: bool,
@@ -256,6 +259,7 @@ impl Connection {
             paths: vec![path],
             flows,
             events: VecDeque::new(),
+            violations_queued: 0,
             qlog: config.qlog.then(Default::default),
             stats: stats::Counters::default(),
             confirmed: false,
@@ -1038,6 +1042,9 @@ impl Connection {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         if let Some(e) = self.events.pop_front() {
+            if let Event::SecurityViolation(v) = e {
+                self.violations_queued &= !(1 << v as u8);
+            }
             return Some(e);
         }
         if self.events.capacity() > 4 {

@@ -480,9 +480,11 @@ impl Connection {
             PathStatusCode::Standby => PathState::Standby,
             PathStatusCode::Abandoned => PathState::Abandoned,
         };
-        // A later status overrides an abandon still waiting for another path.
+        // A later status overrides an abandon still waiting for another path, unless the
+        // path's address was withdrawn (RemoveAddress), which no status undoes.
+        let withdrawn = self.removed_peer_addresses.contains(&self.paths[i].remote);
         let deferred = state == PathState::Abandoned && !self.has_other_path(i);
-        self.paths[i].abandon_deferred = deferred;
+        self.paths[i].abandon_deferred = deferred || (withdrawn && self.paths[i].abandon_deferred);
         if !deferred {
             self.apply_path_state(now, i, state, true);
         }

@@ -21,9 +21,10 @@ impl Connection {
     /// half-open connection's events wait for `accept`; a flood of forged packets must not
     /// grow its queue; the stats count every one).
     pub(crate) fn report_violation(&mut self, violation: Violation) {
-        let event = Event::SecurityViolation(violation);
-        if !self.events.contains(&event) {
-            self.events.push_back(event);
+        let bit = 1 << violation as u8;
+        if self.violations_queued & bit == 0 {
+            self.violations_queued |= bit;
+            self.events.push_back(Event::SecurityViolation(violation));
         }
     }
 

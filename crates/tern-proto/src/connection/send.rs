@@ -43,9 +43,10 @@ const MIN_CHALLENGE_BUDGET: u64 = 64;
 /// A PathChallenge or PathResponse frame: type and 8 bytes.
 const VALIDATION_FRAME_LEN: usize = 9;
 
-/// Frames a packet may end with after its ACKs and data, one byte each: a Ping owed, then a
-/// probe's Ping and AckRequest, or the AckRequest of the last packet before a pause.
-const TRAILER_LEN: usize = 3;
+/// Frames a packet may end with after its ACKs and data, one byte each: a Ping (owed, a
+/// probe's, or asking for an ACK of ACKs; one at most, since each makes the packet
+/// ack-eliciting) and an AckRequest (a probe's, or the last packet's before a pause).
+const TRAILER_LEN: usize = 2;
 
 const _: () = assert!(
     wire::MAX_SHORT_HEADER_LEN + TAG_LEN + VALIDATION_FRAME_LEN + TRAILER_LEN

@@ -36,9 +36,22 @@ pub(crate) fn store_coalesced(chunks: &mut BTreeMap<u64, Bytes>, at: u64, bytes:
         .get(&end)
         .is_some_and(|c| c.len() < COALESCE_BELOW)
         .then_some(end);
-    if prev.is_none() && next.is_none() {
-        chunks.insert(at, Bytes::copy_from_slice(bytes));
-        return;
+    match (prev, next) {
+        (None, None) => {
+            chunks.insert(at, Bytes::copy_from_slice(bytes));
+            return;
+        }
+        (Some(start), None) => {
+            // The common case after a loss (each packet continues the one before): in place.
+            if let Some(c) = chunks.get_mut(&start) {
+                let mut joined = Vec::with_capacity(c.len() + bytes.len());
+                joined.extend_from_slice(c);
+                joined.extend_from_slice(bytes);
+                *c = Bytes::from(joined);
+            }
+            return;
+        }
+        _ => {}
     }
     let before = prev.and_then(|p| chunks.remove(&p));
     let after = next.and_then(|n| chunks.remove(&n));
