@@ -34,6 +34,37 @@ fn install_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// The socket buffers quinn's endpoints get here: the 8 MiB tern's endpoint asks for, so that
+/// neither protocol is measured against the kernel's default (about 208 KiB), which dropped
+/// quinn's datagrams at the receiving socket in `bulk` and its Initials in `scale` (found by
+/// an outside read).
+pub(crate) const UDP_BUFFER: usize = 8 << 20;
+
+/// A quinn endpoint bound to `addr` (a server with `server`), on a socket with
+/// [`UDP_BUFFER`]-byte buffers.
+pub(crate) fn endpoint(
+    addr: SocketAddr,
+    server: Option<quinn::ServerConfig>,
+) -> io::Result<quinn::Endpoint> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        let _ = socket.set_only_v6(false);
+    }
+    // The kernel caps them at its limits; a smaller grant is not an error (as for tern).
+    let _ = socket.set_recv_buffer_size(UDP_BUFFER);
+    let _ = socket.set_send_buffer_size(UDP_BUFFER);
+    socket.bind(&addr.into())?;
+    let runtime =
+        quinn::default_runtime().ok_or_else(|| io::Error::other("quinn needs a tokio runtime"))?;
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        server,
+        socket.into(),
+        runtime,
+    )
+}
+
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -59,7 +90,7 @@ pub fn server(addr: SocketAddr) -> io::Result<(quinn::Endpoint, String)> {
         quinn::ServerConfig::with_single_cert(vec![CertificateDer::from(der.clone())], key)
             .map_err(io::Error::other)?;
     cfg.transport_config(transport());
-    let ep = quinn::Endpoint::server(cfg, addr)?;
+    let ep = endpoint(addr, Some(cfg))?;
     Ok((ep, hex(&der)))
 }
 
@@ -122,7 +153,7 @@ impl QuicClient {
         ));
         cfg.transport_config(transport());
         let local = SocketAddr::new(bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), 0);
-        let mut ep = quinn::Endpoint::client(local)?;
+        let mut ep = endpoint(local, None)?;
         ep.set_default_client_config(cfg);
         Ok(Self { ep, addr })
     }
