@@ -1014,10 +1014,15 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
             let rate = run.settings["rate_mbps"].as_f64().unwrap_or(RATE_BPS / 1e6) * 1e6;
             m.insert("slow_s".into(), slow_seconds(&bins, bin_ms, rate));
         }
-        m.insert(
-            "goodput_kept".into(),
-            metric(&x["goodput_mbps"]) / base_goodput,
-        );
+        // A transfer that did not complete kept nothing: its goodput up to the point it
+        // died would read as kept (found by an outside read).
+        let completed = x["completed"].as_bool().unwrap_or(false);
+        let kept = if completed {
+            metric(&x["goodput_mbps"]) / base_goodput
+        } else {
+            0.0
+        };
+        m.insert("goodput_kept".into(), kept);
         m.insert(
             "server_cpu_pct".into(),
             100.0 * metric(&x["server_cpu_s"]) / wall,

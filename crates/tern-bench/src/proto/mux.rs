@@ -570,7 +570,12 @@ async fn one_flow<M: Mux>(
         let done = Instant::now();
         let mut stats = serde_json::json!({ "client": M::stats(&conn) });
         if sender_stats {
-            stats["server"] = ask_stats::<M>(&conn).await?;
+            // The flow is done: a statistics request that fails loses the statistics, not
+            // the flow (it was counted failed; found by an outside read).
+            match ask_stats::<M>(&conn).await {
+                Ok(s) => stats["server"] = s,
+                Err(e) => stats["server_error"] = e.to_string().into(),
+            }
         }
         Ok::<_, io::Error>((stats, done))
     }
