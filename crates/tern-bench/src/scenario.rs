@@ -838,10 +838,16 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             let size: u64 = 1_000_000;
             let reps = if q { 3 } else { 10 };
             settings["size"] = json!(size);
+            let rtt = o.rtts.as_ref().and_then(|r| r.first().copied());
             for rep in 0..reps {
+                let mut p = params(&[("size", json!(size)), ("rep", json!(rep))]);
+                if let Some(rtt) = rtt {
+                    // The ideal's RTT is the link's (an `--rtt` override included).
+                    p.insert("rtt_ms".into(), json!(rtt));
+                }
                 cases.push(CaseDef {
-                    params: params(&[("size", json!(size)), ("rep", json!(rep))]),
-                    link: link(losses[0], o.rtts.as_ref().and_then(|r| r.first().copied())),
+                    params: p,
+                    link: link(losses[0], rtt),
                     work: Work::Flows(FlowPlan {
                         sizes: vec![vec![size]],
                         flow_timeout_ms: 30_000,
@@ -1081,11 +1087,16 @@ pub fn plan(o: &RunOpts) -> anyhow::Result<Plan> {
             let sizes: [u64; 2] = [100_000, 1_000_000];
             settings["sizes"] = json!(sizes);
             settings["initial_windows"] = json!(INITIAL_WINDOWS);
+            let rtt = o.rtts.as_ref().and_then(|r| r.first().copied());
             for size in sizes {
                 for rep in 0..reps {
+                    let mut p = params(&[("size", json!(size)), ("rep", json!(rep))]);
+                    if let Some(rtt) = rtt {
+                        p.insert("rtt_ms".into(), json!(rtt));
+                    }
                     cases.push(CaseDef::new(
-                        params(&[("size", json!(size)), ("rep", json!(rep))]),
-                        link(losses[0], o.rtts.as_ref().and_then(|r| r.first().copied())),
+                        p,
+                        link(losses[0], rtt),
                         Work::Flows(FlowPlan {
                             sizes: vec![vec![size]],
                             flow_timeout_ms: 30_000,
@@ -1975,7 +1986,15 @@ pub fn summarize(run: &RunFile) -> Vec<Row> {
                 if run.scenario == "startup" || run.scenario == "initwin" {
                     if let (Some(p), Some(f)) = (profile, case.flows.first()) {
                         let o = link_options_of(case);
-                        if let (Some(rate), false) = (p.down_mbps, traced) {
+                        // `--link` settings may change the delay or rate the ideal is
+                        // made of: then no ideal is drawn.
+                        let custom = run.settings.get("link_extra").is_some_and(|l| {
+                            let text = l.to_string();
+                            ["delay", "rate", "jitter", "trace"]
+                                .iter()
+                                .any(|k| text.contains(k))
+                        });
+                        if let (Some(rate), false, false) = (p.down_mbps, traced, custom) {
                             // Ideal: handshake (1 RTT) + request and first byte (1 RTT) + size / C.
                             let ideal = 2.0 * p.rtt(&o) + f.size as f64 * 8.0 / (rate * 1e3);
                             m.insert("ideal_ms".into(), ideal);
