@@ -497,7 +497,7 @@ pub struct Router {
     /// What the driver said the next datagram will wait ([`Router::set_wait`]).
     pending_wait: Option<Duration>,
     flows: BTreeMap<FlowKey, Flow>,
-    /// Σ weights of the tracked flows.
+    /// Σ weights of the tracked flows, each counted up to 1 (see `track`).
     total_weight: f64,
     stats: RouterStats,
 }
@@ -677,7 +677,7 @@ impl Router {
 
     fn track(&mut self, key: FlowKey, expected_kbps: u32, weight: f64, len: u64, now: Instant) {
         if let Some(f) = self.flows.get_mut(&key) {
-            // Its weight changed: W follows (a newcomer joined at `min(w, 1)` until the sweep).
+            // Its weight changed: W follows (each flow counts in W up to weight 1).
             if weight != f.weight {
                 self.total_weight += weight.min(1.0) - f.weight.min(1.0);
             }
@@ -698,7 +698,7 @@ impl Router {
             // with a fresh CID and a huge Expected Rate must not cut every flow's rate (found
             // by an outside read: ÷334 from one 40-byte packet); k such packets weigh as k
             // flows joining. A heavier newcomer is brought to its share by the loop, which
-            // measures load, and the sweep counts its whole weight in W.
+            // measures load.
             let w = weight.min(1.0);
             if self.total_weight > 0.0 {
                 let scaled = self.rate * self.total_weight / (self.total_weight + w);
@@ -1501,7 +1501,7 @@ mod tests {
     }
 
     #[test]
-    fn one_packet_declaring_a_huge_weight_at_most_halves_the_rate() {
+    fn one_packet_declaring_a_huge_weight_cuts_as_one_flow() {
         // Found by an outside read: the first packet of a new flow key cut R by W/(W + w) with
         // w its own declared weight (up to 1000), so one 40-byte packet with a fresh CID cut
         // three flows' rates ÷334.

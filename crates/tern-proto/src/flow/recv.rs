@@ -39,29 +39,28 @@ pub(crate) fn store_coalesced(chunks: &mut BTreeMap<u64, Bytes>, at: u64, bytes:
     match (prev, next) {
         (None, None) => {
             chunks.insert(at, Bytes::copy_from_slice(bytes));
-            return;
         }
+        // The common case after a loss (each packet continues the one before): in place.
         (Some(start), None) => {
-            // The common case after a loss (each packet continues the one before): in place.
             if let Some(c) = chunks.get_mut(&start) {
-                let mut joined = Vec::with_capacity(c.len() + bytes.len());
-                joined.extend_from_slice(c);
-                joined.extend_from_slice(bytes);
-                *c = Bytes::from(joined);
+                *c = concat(&[c, bytes]);
             }
-            return;
         }
-        _ => {}
+        _ => {
+            let before = prev.and_then(|p| chunks.remove(&p)).unwrap_or_default();
+            let after = next.and_then(|n| chunks.remove(&n)).unwrap_or_default();
+            chunks.insert(prev.unwrap_or(at), concat(&[&before, bytes, &after]));
+        }
     }
-    let before = prev.and_then(|p| chunks.remove(&p));
-    let after = next.and_then(|n| chunks.remove(&n));
-    let len =
-        before.as_ref().map_or(0, Bytes::len) + bytes.len() + after.as_ref().map_or(0, Bytes::len);
-    let mut joined = Vec::with_capacity(len);
-    joined.extend_from_slice(before.as_deref().unwrap_or_default());
-    joined.extend_from_slice(bytes);
-    joined.extend_from_slice(after.as_deref().unwrap_or_default());
-    chunks.insert(prev.unwrap_or(at), Bytes::from(joined));
+}
+
+/// The parts, one after the other, in one new buffer.
+fn concat(parts: &[&[u8]]) -> Bytes {
+    let mut joined = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        joined.extend_from_slice(part);
+    }
+    Bytes::from(joined)
 }
 
 /// First block of a flow's run buffer ([`RecvFlow::run`]); each new block doubles, up to
