@@ -122,7 +122,7 @@ enum Command {
         #[arg(long, default_value = "1G", value_parser = util::parse_size)]
         bytes: u64,
         /// Send for this many seconds instead of a byte count.
-        #[arg(long)]
+        #[arg(long, value_parser = util::parse_seconds)]
         time: Option<f64>,
         /// Run server and client in this process on loopback, and kernel TCP (plain and,
         /// with the same payload, as a baseline) in the same run.

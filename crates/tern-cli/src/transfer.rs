@@ -41,6 +41,15 @@ fn progress(total: u64, quiet: bool) -> ProgressBar {
 /// Sends `path` to `args.addr`.
 pub(crate) async fn send(path: &Path, args: &ClientArgs) -> Result<()> {
     // Check everything local before touching the network.
+    let meta = fs::metadata(path)
+        .await
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    if path.file_name().and_then(|n| n.to_str()).is_none() {
+        bail!("{} has no usable file name", path.display());
+    }
     fs::File::open(path)
         .await
         .with_context(|| format!("cannot open {}", path.display()))?;
@@ -86,6 +95,9 @@ pub(crate) async fn send_over(
     tx.write_all(&header).await?;
     let offset = rx.read_u64().await.context("the receiver did not answer")?;
     if offset == u64::MAX {
+        // A status as at the end (failure flag, then the reason). Reading the reason without
+        // the flag garbled every refusal into "flow ended after N bytes".
+        let _failed = rx.read_u8().await?;
         let msg = read_message(&mut rx).await?;
         bail!("the receiver refused the file: {msg}");
     }
@@ -211,6 +223,10 @@ pub(crate) async fn recv(args: &ServerArgs, dir: &Path, once: bool) -> Result<()
                     return result.map(|_| ());
                 }
             }
+            if once {
+                // The one connection ended without sending a file: not a success.
+                bail!("the connection ended without a file");
+            }
             Ok(())
         });
         if once {
@@ -243,24 +259,42 @@ pub(crate) async fn receive_file(
         .map(|n| n == name.as_str())
         .unwrap_or(false);
     if !bare || name.starts_with('.') {
-        tx.write_u64(u64::MAX).await?;
-        write_status(&mut tx, false, "file name must be a bare name").await?;
-        bail!("refused file name {name:?}");
+        return refuse(
+            &mut tx,
+            "file name must be a bare name",
+            anyhow!("refused file name {name:?}"),
+        )
+        .await;
     }
     let final_path = dir.join(&name);
+    if fs::symlink_metadata(&final_path).await.is_ok() {
+        // Never replace what is there (a key file, another transfer's result): the sender
+        // must rename, or the user move it away first (found by an outside read).
+        let why = format!("{name} exists on the receiver; it is not replaced");
+        return refuse(&mut tx, &why, anyhow!("refused {name}: it exists")).await;
+    }
     let part = dir.join(format!("{name}.part"));
     let have = fs::metadata(&part)
         .await
         .map(|m| m.len())
         .unwrap_or(0)
         .min(size);
-    let mut out = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&part)
-        .await
-        .with_context(|| format!("cannot write {}", part.display()))?;
-    out.set_len(have).await?;
+    let opened = async {
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&part)
+            .await
+            .with_context(|| format!("cannot write {}", part.display()))?;
+        out.set_len(have).await?;
+        Ok::<_, anyhow::Error>(out)
+    }
+    .await;
+    let mut out = match opened {
+        Ok(out) => out,
+        // The sender hears why, not an early end of stream.
+        Err(e) => return refuse(&mut tx, &format!("{e:#}"), e).await,
+    };
     tx.write_u64(have).await?;
     let bar = progress(size, quiet);
     bar.set_position(have);
@@ -316,6 +350,19 @@ pub(crate) async fn receive_file(
     write_status(&mut tx, true, "verified").await?;
     let _ = tx.finished().await;
     Ok((final_path, size))
+}
+
+/// Refuses a file before any byte of it is taken: the offset `u64::MAX` and `why` for the
+/// sender, `error` for this side.
+async fn refuse(
+    tx: &mut tern::SendFlow,
+    why: &str,
+    error: anyhow::Error,
+) -> Result<(PathBuf, u64)> {
+    tx.write_u64(u64::MAX).await?;
+    write_status(tx, false, why).await?;
+    let _ = tokio::time::timeout(Duration::from_secs(5), tx.finished()).await;
+    Err(error)
 }
 
 async fn hash_file(path: &Path) -> Result<digest::Digest> {

@@ -63,6 +63,11 @@ pub(crate) fn has_loss_tolerance(cc: tern::cc::Algorithm) -> bool {
 /// first-flight timestamps from its start (PROTOCOL.md §7.6).
 fn builder(pair: StaticKeypair, new: bool) -> tern::EndpointBuilder {
     let b = Endpoint::builder(pair).configure(|c| {
+        // A transfer goes quiet while the receiver syncs and hashes a large file, and while a
+        // resuming sender hashes what the receiver has: keep-alives stop the idle timeout from
+        // ending it there (found by an outside read: beyond 30 s of hashing, it could never
+        // finish).
+        c.connection.keep_alive = Some(Duration::from_secs(5));
         c.connection.congestion = congestion();
         c.connection.handshake_train = GLOBALS.get().is_some_and(|g| g.handshake_train);
         c.first_flight.trust_start = new;
@@ -277,8 +282,19 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
         _ => (t, 1),
     };
     num.parse::<u64>()
-        .map(|n| n * mult)
-        .map_err(|_| format!("bad size {text:?} (e.g. 4096, 64K, 100M, 1G)"))
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("bad size {text:?} (e.g. 4096, 64K, 100M, 1G)"))
+}
+
+/// A duration in seconds: finite, positive, at most a day.
+pub(crate) fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),
+        _ => Err(format!(
+            "bad duration {text:?}: seconds, above 0, at most 86400"
+        )),
+    }
 }
 
 /// CPU time (user + system) this process has used.
@@ -327,5 +343,24 @@ pub(crate) fn rate(bytes: u64, d: Duration) -> String {
         format!("{:.2} Gbit/s", bps / 1e9)
     } else {
         format!("{:.1} Mbit/s", bps / 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_are_checked() {
+        assert_eq!(parse_size("64K"), Ok(65_536));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        // Found by an outside read: a product past u64 wrapped to a small size.
+        assert!(parse_size("17179869184G").is_err());
+        assert!(parse_size("x").is_err());
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        // These panicked in Duration::from_secs_f64 after connecting.
+        for bad in ["nan", "inf", "-1", "0", "1e9"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
     }
 }

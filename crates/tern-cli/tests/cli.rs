@@ -191,7 +191,38 @@ fn failures_exit_non_zero_with_a_clear_message() {
         "{}",
         stderr(&out)
     );
-    let _ = public;
+
+    // A file of that name exists where the receiver writes (here the sent file itself, and
+    // beside it the server's key, which a client could otherwise replace): refused, nothing
+    // replaced (found by an outside read).
+    let out = tern()
+        .arg("send")
+        .arg(&file)
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--server-key", &public])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("exists on the receiver"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"hello");
+
+    // A directory is not sent (it connected, then failed to read).
+    let out = tern()
+        .arg("send")
+        .arg(&dir.0)
+        .arg("127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

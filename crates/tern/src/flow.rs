@@ -397,6 +397,8 @@ pub struct RecvFlow {
     id: FlowId,
     /// Read to its end, reset, or stopped: nothing to do on drop.
     closed: bool,
+    /// Read to its end: every later read is the end again (the core has freed the flow).
+    ended: bool,
 }
 
 impl RecvFlow {
@@ -405,6 +407,7 @@ impl RecvFlow {
             conn,
             id,
             closed: false,
+            ended: false,
         }
     }
 
@@ -437,6 +440,11 @@ impl RecvFlow {
         cx: &mut Context<'_>,
         read: impl FnOnce(&mut tern_proto::Connection) -> Result<Option<T>, tern_proto::ReadError>,
     ) -> Poll<Result<Option<T>, ReadError>> {
+        if self.ended {
+            // The end again, as a file or socket reports it (found by an outside read: the
+            // freed flow read as an error).
+            return Poll::Ready(Ok(None));
+        }
         let mut inner = self.conn.shared.lock();
         let r = match inner.connection(self.conn.id) {
             Some(c) => read(c),
@@ -455,6 +463,7 @@ impl RecvFlow {
             Ok(v) => {
                 if v.is_none() {
                     self.closed = true;
+                    self.ended = true;
                 }
                 // Reading may have freed credit for the peer. Waking the driver only when
                 // the read queued a credit update measured slower in bulk (4.1–4.5 against
@@ -482,16 +491,23 @@ impl RecvFlow {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<Result<Option<usize>, ReadError>> {
+        if buf.is_empty() && !self.ended {
+            // Nothing asked, nothing to wait for (it waited for the next packet).
+            return Poll::Ready(Ok(Some(0)));
+        }
         let id = self.id;
         self.poll_core(cx, |c| c.read(id, buf))
     }
 
-    /// Reads in-order data into `buf`; `None` at the end of the flow.
+    /// Reads in-order data into `buf`; `None` at the end of the flow, and at every read after
+    /// it. An empty `buf` reads `Some(0)` at once. Cancel-safe: dropped before it completes,
+    /// it has taken nothing.
     pub async fn read(&mut self, buf: &mut [u8]) -> Result<Option<usize>, ReadError> {
         poll_fn(|cx| self.poll_read_buf(cx, buf)).await
     }
 
-    /// Fills `buf` exactly, or fails if the flow ends first.
+    /// Fills `buf` exactly, or fails if the flow ends first. Not cancel-safe: dropped midway,
+    /// the bytes it had read are lost to the caller.
     pub async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ReadExactError> {
         let mut filled = 0;
         while filled < buf.len() {

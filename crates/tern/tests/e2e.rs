@@ -1254,3 +1254,30 @@ async fn a_dropped_server_closes_the_connections_nobody_accepted() {
         "{reason}"
     );
 }
+
+/// After its end a flow reads as ended again, through `read` and through `AsyncRead`, and an
+/// empty buffer reads at once (found by an outside read: the freed flow read as an error, and
+/// an empty read waited for the next packet).
+#[tokio::test]
+async fn a_flow_reads_its_end_again_and_an_empty_read_returns_at_once() {
+    let (server, client) = (server(), client());
+    let (conn, accepted) = connected(&server, &client).await;
+    let mut send = conn.open_uni().await.unwrap();
+    send.write_all(b"abc").await.unwrap();
+    let mut recv = accepted.accept_uni().await.unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        recv.read(&mut []).await,
+        Ok(Some(0)),
+        "an empty read waits for nothing"
+    );
+    send.finish().unwrap();
+    let mut got = Vec::new();
+    while let Some(n) = recv.read(&mut buf).await.unwrap() {
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"abc");
+    assert_eq!(recv.read(&mut buf).await, Ok(None), "the end, again");
+    assert_eq!(AsyncReadExt::read(&mut recv, &mut buf).await.unwrap(), 0);
+    assert_eq!(AsyncReadExt::read(&mut recv, &mut buf).await.unwrap(), 0);
+}
