@@ -88,8 +88,8 @@ enum Command {
         server: bool,
         #[command(flatten)]
         server_args: ServerArgs,
-        /// Server address (client mode).
-        addr: Option<SocketAddr>,
+        /// Server address, HOST:PORT (client mode).
+        addr: Option<String>,
         /// The server's public key (client mode; IK). Without it: XX.
         #[arg(long)]
         server_key: Option<String>,
@@ -111,8 +111,8 @@ enum Command {
         server: bool,
         #[command(flatten)]
         server_args: ServerArgs,
-        /// Server address (client mode).
-        addr: Option<SocketAddr>,
+        /// Server address, HOST:PORT (client mode).
+        addr: Option<String>,
         /// The server's public key (client mode; IK). Without it: XX.
         #[arg(long)]
         server_key: Option<String>,
@@ -224,6 +224,7 @@ fn main() -> ExitCode {
                     let addr = addr.ok_or_else(|| {
                         anyhow::anyhow!("give the server address (HOST:PORT), or --server")
                     })?;
+                    let addr = util::resolve(&addr)?;
                     echo::client(addr, server_key.as_deref(), &size, count).await
                 }
             }
@@ -245,6 +246,7 @@ fn main() -> ExitCode {
                     let addr = addr.ok_or_else(|| {
                         anyhow::anyhow!("give the server address (HOST:PORT), or --server")
                     })?;
+                    let addr = util::resolve(&addr)?;
                     perf::client(addr, server_key.as_deref(), &paths, bytes, time).await
                 }
             }

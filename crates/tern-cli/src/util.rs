@@ -194,10 +194,17 @@ pub(crate) fn bind_server(args: &ServerArgs, what: &str) -> Result<Endpoint> {
 }
 
 /// Resolves HOST:PORT to one address, with a clear error.
+/// `HOST:PORT` to an address: an IPv4 one when the name has both (servers listen on
+/// `0.0.0.0` by default, and `localhost` often resolves to `::1` first).
 pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
-    addr.to_socket_addrs()
+    let all: Vec<SocketAddr> = addr
+        .to_socket_addrs()
         .with_context(|| format!("bad address {addr:?} (expected HOST:PORT)"))?
-        .next()
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
         .ok_or_else(|| anyhow!("address {addr:?} resolved to nothing"))
 }
 
