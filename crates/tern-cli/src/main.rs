@@ -61,6 +61,9 @@ enum Command {
         /// Base name of the two files.
         #[arg(default_value = "tern")]
         name: PathBuf,
+        /// Replace an existing key pair of that name (its identity is lost).
+        #[arg(long)]
+        force: bool,
     },
     /// Receive files into a directory (a server).
     Recv {
@@ -204,7 +207,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command.unwrap_or(Command::Demo) {
             Command::Demo => transfer::demo().await,
-            Command::Keygen { name } => util::keygen(&name),
+            Command::Keygen { name, force } => util::keygen(&name, force),
             Command::Recv { server, dir, once } => transfer::recv(&server, &dir, once).await,
             Command::Send { file, client } => transfer::send(&file, &client).await,
             Command::Echo {

@@ -97,7 +97,15 @@ pub(crate) fn init_logging(level: &str) {
         .try_init();
 }
 
-pub(crate) fn keygen(name: &Path) -> Result<()> {
+pub(crate) fn keygen(name: &Path, force: bool) -> Result<()> {
+    // The names `write_keypair` writes.
+    let private = name.with_extension("key");
+    if !force && (private.exists() || name.with_extension("pub").exists()) {
+        anyhow::bail!(
+            "{} exists: its identity would be lost (--force replaces it)",
+            private.display()
+        );
+    }
     let pair = StaticKeypair::generate(tern::entropy());
     let (private, public) = tern::keys::write_keypair(name, &pair)?;
     println!("private key: {}", private.display());

@@ -210,7 +210,18 @@ fn failures_exit_non_zero_with_a_clear_message() {
     );
     assert_eq!(std::fs::read(&file).unwrap(), b"hello");
 
-    // A directory is not sent (it connected, then failed to read).
+    // A second keygen of the same name would lose the server's identity: refused.
+    let identity = std::fs::read(&key).unwrap();
+    let out = tern()
+        .arg("keygen")
+        .arg(dir.0.join("server"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--force"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&key).unwrap(), identity);
+
+    // A directory is not sent (before, it connected and then failed to read).
     let out = tern()
         .arg("send")
         .arg(&dir.0)
