@@ -205,54 +205,12 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match cli.command.unwrap_or(Command::Demo) {
-            Command::Demo => transfer::demo().await,
-            Command::Keygen { name, force } => util::keygen(&name, force),
-            Command::Recv { server, dir, once } => transfer::recv(&server, &dir, once).await,
-            Command::Send { file, client } => transfer::send(&file, &client).await,
-            Command::Echo {
-                server,
-                server_args,
-                addr,
-                server_key,
-                size,
-                count,
-                compare_tcp,
-            } => {
-                if server {
-                    echo::serve(&server_args).await
-                } else if compare_tcp {
-                    echo::compare_local(&size, count).await
-                } else {
-                    let addr = addr.ok_or_else(|| {
-                        anyhow::anyhow!("give the server address (HOST:PORT), or --server")
-                    })?;
-                    let addr = util::resolve(&addr)?;
-                    echo::client(addr, server_key.as_deref(), &size, count).await
-                }
-            }
-            Command::Perf {
-                server,
-                server_args,
-                addr,
-                server_key,
-                paths,
-                bytes,
-                time,
-                compare_tcp,
-            } => {
-                if server {
-                    perf::serve(&server_args).await
-                } else if compare_tcp {
-                    perf::compare_local(bytes, time).await
-                } else {
-                    let addr = addr.ok_or_else(|| {
-                        anyhow::anyhow!("give the server address (HOST:PORT), or --server")
-                    })?;
-                    let addr = util::resolve(&addr)?;
-                    perf::client(addr, server_key.as_deref(), &paths, bytes, time).await
-                }
-            }
+        let command = async move { run(cli.command.unwrap_or(Command::Demo)).await };
+        // Ctrl-C ends the command (its endpoints close as they are dropped, the demo's
+        // files are removed) with a message and a non-zero exit.
+        tokio::select! {
+            result = command => result,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         }
     });
     match result {
@@ -260,6 +218,59 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one command.
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Demo => transfer::demo().await,
+        Command::Keygen { name, force } => util::keygen(&name, force),
+        Command::Recv { server, dir, once } => transfer::recv(&server, &dir, once).await,
+        Command::Send { file, client } => transfer::send(&file, &client).await,
+        Command::Echo {
+            server,
+            server_args,
+            addr,
+            server_key,
+            size,
+            count,
+            compare_tcp,
+        } => {
+            if server {
+                echo::serve(&server_args).await
+            } else if compare_tcp {
+                echo::compare_local(&size, count).await
+            } else {
+                let addr = addr.ok_or_else(|| {
+                    anyhow::anyhow!("give the server address (HOST:PORT), or --server")
+                })?;
+                let addr = util::resolve(&addr)?;
+                echo::client(addr, server_key.as_deref(), &size, count).await
+            }
+        }
+        Command::Perf {
+            server,
+            server_args,
+            addr,
+            server_key,
+            paths,
+            bytes,
+            time,
+            compare_tcp,
+        } => {
+            if server {
+                perf::serve(&server_args).await
+            } else if compare_tcp {
+                perf::compare_local(bytes, time).await
+            } else {
+                let addr = addr.ok_or_else(|| {
+                    anyhow::anyhow!("give the server address (HOST:PORT), or --server")
+                })?;
+                let addr = util::resolve(&addr)?;
+                perf::client(addr, server_key.as_deref(), &paths, bytes, time).await
+            }
         }
     }
 }
