@@ -267,6 +267,17 @@ pub(crate) async fn receive_file(
         .await;
     }
     let final_path = dir.join(&name);
+    // One transfer per name at a time: two would append to one `.part` file, and the first
+    // to finish would rename or delete it under the other (found by an outside read).
+    let Some(_busy) = InProgress::claim(&final_path) else {
+        let why = format!("{name} is being received from another sender; try again later");
+        return refuse(
+            &mut tx,
+            &why,
+            anyhow!("refused {name}: already in progress"),
+        )
+        .await;
+    };
     if fs::symlink_metadata(&final_path).await.is_ok() {
         // Never replace what is there (a key file, another transfer's result): the sender
         // must rename, or the user move it away first (found by an outside read).
@@ -389,6 +400,32 @@ pub(crate) async fn demo() -> Result<()> {
     demo_in(&dir).await
 }
 
+/// A file name being received by this process, released when dropped.
+struct InProgress(PathBuf);
+
+impl InProgress {
+    fn names() -> &'static std::sync::Mutex<std::collections::HashSet<PathBuf>> {
+        static NAMES: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<PathBuf>>> =
+            std::sync::OnceLock::new();
+        NAMES.get_or_init(Default::default)
+    }
+
+    /// Claims `path`, unless another transfer holds it.
+    fn claim(path: &Path) -> Option<Self> {
+        let mut names = Self::names().lock().unwrap_or_else(|e| e.into_inner());
+        names
+            .insert(path.to_path_buf())
+            .then(|| Self(path.to_path_buf()))
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        let mut names = Self::names().lock().unwrap_or_else(|e| e.into_inner());
+        names.remove(&self.0);
+    }
+}
+
 /// Removes a directory when dropped.
 struct RemoveOnDrop(PathBuf);
 
@@ -487,4 +524,18 @@ async fn demo_in(dir: &Path) -> Result<()> {
     }
     println!("\nclosed cleanly; received file identical ({n} bytes)");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_transfer_per_name_at_a_time() {
+        let path = Path::new("/inbox/one_transfer_per_name_at_a_time.bin");
+        let first = InProgress::claim(path).expect("free");
+        assert!(InProgress::claim(path).is_none(), "held by the first");
+        drop(first);
+        assert!(InProgress::claim(path).is_some(), "released");
+    }
 }
