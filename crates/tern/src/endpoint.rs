@@ -348,7 +348,9 @@ impl Endpoint {
 
     /// Connects to `addr`. With the server's key the handshake is Noise IK (one round trip);
     /// without, XX (the server's key is learned: check `Connection::peer_key`). Resolves once
-    /// the handshake completed.
+    /// the handshake completed, or fails after the handshake timeout
+    /// (`ConnectionConfig::handshake_timeout`, 10 s by default) without an answer. Dropping the
+    /// future before it resolves abandons the attempt: the half-made connection is closed.
     pub async fn connect(
         &self,
         addr: SocketAddr,

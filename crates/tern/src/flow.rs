@@ -272,7 +272,9 @@ impl SendFlow {
         }
     }
 
-    /// Waits until everything written, FIN included, was acknowledged by the peer.
+    /// Waits until everything written, FIN included, was acknowledged by the peer. Call
+    /// [`finish`](Self::finish) first: without a FIN it waits as long as the connection
+    /// lives. Cancel-safe: dropping it changes nothing on the flow.
     pub async fn finished(&mut self) -> Result<(), WriteError> {
         poll_fn(|cx| {
             let mut inner = self.conn.shared.lock();
