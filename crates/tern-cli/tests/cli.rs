@@ -98,6 +98,17 @@ fn start_recv(key: &Path, port: u16, into: &Path) -> Server {
     server
 }
 
+/// `tern send FILE 127.0.0.1:PORT --server-key KEY`, run to its end.
+fn send_file(file: &Path, port: u16, key: &str) -> Output {
+    tern()
+        .arg("send")
+        .arg(file)
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--server-key", key])
+        .output()
+        .unwrap()
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -121,13 +132,7 @@ fn a_200_mb_file_arrives_with_the_same_hash() {
     std::fs::create_dir_all(&inbox).unwrap();
     let port = free_port();
     let mut server = start_recv(&key, port, &inbox);
-    let out = tern()
-        .arg("send")
-        .arg(&file)
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--server-key", &public])
-        .output()
-        .unwrap();
+    let out = send_file(&file, port, &public);
     assert!(out.status.success(), "send failed: {}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("verified"));
     let status = server.0.wait().unwrap();
@@ -178,13 +183,7 @@ fn failures_exit_non_zero_with_a_clear_message() {
     let port = free_port();
     let _server = start_recv(&key, port, &dir.0);
     let other = tern::keys::encode_public(&tern::StaticKeypair::generate([9; 32]).public());
-    let out = tern()
-        .arg("send")
-        .arg(&file)
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--server-key", &other])
-        .output()
-        .unwrap();
+    let out = send_file(&file, port, &other);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("wrong server public key"),
@@ -195,13 +194,7 @@ fn failures_exit_non_zero_with_a_clear_message() {
     // A file of that name exists where the receiver writes (here the sent file itself, and
     // beside it the server's key, which a client could otherwise replace): refused, nothing
     // replaced (found by an outside read).
-    let out = tern()
-        .arg("send")
-        .arg(&file)
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--server-key", &public])
-        .output()
-        .unwrap();
+    let out = send_file(&file, port, &public);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("exists on the receiver"),
@@ -280,13 +273,7 @@ fn a_full_disk_is_reported_to_the_sender() {
     std::fs::write(&file, vec![1u8; 5 << 20]).unwrap();
     let port = free_port();
     let _server = start_recv(&key, port, &mnt);
-    let out = tern()
-        .arg("send")
-        .arg(&file)
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--server-key", &public])
-        .output()
-        .unwrap();
+    let out = send_file(&file, port, &public);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert!(err.to_lowercase().contains("no space"), "{err}");
@@ -466,13 +453,7 @@ fn a_replayed_first_flight_neither_delivers_again_nor_takes_a_one_shot_server() 
             .unwrap();
         std::thread::sleep(Duration::from_millis(50));
     }
-    let out = tern()
-        .arg("send")
-        .arg(&second)
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--server-key", &public])
-        .output()
-        .unwrap();
+    let out = send_file(&second, port, &public);
     assert!(
         out.status.success(),
         "legitimate send failed: {}",

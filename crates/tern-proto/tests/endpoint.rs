@@ -359,6 +359,29 @@ fn retry_proves_the_address_before_the_server_keeps_state() {
     assert!(pair.client.connection(c).unwrap().is_established());
 }
 
+/// An XX client's first Initial handed to the server from `CLIENT`: the Initial as sent and
+/// the server's message 2.
+fn xx_first_exchange(pair: &mut Pair) -> (Vec<u8>, Vec<u8>) {
+    pair.client
+        .connect(pair.now, SERVER.parse().unwrap(), None)
+        .unwrap();
+    let mut buf = Vec::new();
+    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
+    let initial = buf[..t.size].to_vec();
+    pair.server.handle(
+        pair.now,
+        CLIENT.parse().unwrap(),
+        None,
+        &mut initial.clone(),
+    );
+    let mut out = Vec::new();
+    let t = pair
+        .server
+        .poll_transmit(pair.now, &mut out)
+        .expect("message 2");
+    (initial, out[out.len() - t.size..].to_vec())
+}
+
 #[test]
 fn a_short_damaged_copy_of_an_xx_first_message_is_not_answered() {
     // XX's first message is not authenticated, so a copy that differs from the one the
@@ -366,20 +389,7 @@ fn a_short_damaged_copy_of_an_xx_first_message_is_not_answered() {
     // (the 1 200-byte minimum of every first message, §7.6): it could draw our answer, to a
     // spoofed source, larger than itself.
     let mut pair = Pair::new(config(1, false), config(2, true));
-    pair.client
-        .connect(pair.now, SERVER.parse().unwrap(), None)
-        .unwrap();
-    let mut buf = Vec::new();
-    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
-    let initial = buf[..t.size].to_vec();
-    let mut first = initial.clone();
-    pair.server
-        .handle(pair.now, CLIENT.parse().unwrap(), None, &mut first);
-    let mut out = Vec::new();
-    assert!(
-        pair.server.poll_transmit(pair.now, &mut out).is_some(),
-        "message 2"
-    );
+    let (initial, _) = xx_first_exchange(&mut pair);
     // The header and payload only (no padding), one payload byte changed, from elsewhere.
     let packet = tern_proto::wire::LongPacket::decode(&initial).unwrap();
     let start = packet.payload.as_ptr() as usize - initial.as_ptr() as usize;
@@ -405,21 +415,10 @@ fn a_short_damaged_copy_of_an_xx_first_message_is_not_answered() {
 #[test]
 fn a_first_message_under_the_servers_cid_leaves_no_route_behind() {
     let mut pair = Pair::new(config(1, false), config(2, true));
-    pair.client
-        .connect(pair.now, SERVER.parse().unwrap(), None)
-        .unwrap();
-    let mut buf = Vec::new();
-    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
-    let initial = buf[..t.size].to_vec();
-    let mut first = initial.clone();
+    let (initial, msg2) = xx_first_exchange(&mut pair);
     let client: SocketAddr = CLIENT.parse().unwrap();
-    pair.server.handle(pair.now, client, None, &mut first);
     let mut out = Vec::new();
-    let t = pair
-        .server
-        .poll_transmit(pair.now, &mut out)
-        .expect("message 2");
-    let answer = tern_proto::wire::LongPacket::decode(&out[out.len() - t.size..]).unwrap();
+    let answer = tern_proto::wire::LongPacket::decode(&msg2).unwrap();
     let server_cid = answer.scid.as_bytes().to_vec();
     let packet = tern_proto::wire::LongPacket::decode(&initial).unwrap();
     let client_dcid = packet.dcid.as_bytes().to_vec();
@@ -459,25 +458,13 @@ fn forged_third_messages_are_held_to_the_sources_handshake_budget() {
     let mut server = config(2, true);
     server.handshakes_per_source = (10.0, 20.0);
     let mut pair = Pair::new(config(1, false), server);
-    pair.client
-        .connect(pair.now, SERVER.parse().unwrap(), None)
-        .unwrap();
-    let mut buf = Vec::new();
-    let t = pair.client.poll_transmit(pair.now, &mut buf).unwrap();
-    let mut first = buf[..t.size].to_vec();
-    let odcid = tern_proto::wire::LongPacket::decode(&first)
+    let (initial, msg2) = xx_first_exchange(&mut pair);
+    let odcid = tern_proto::wire::LongPacket::decode(&initial)
         .unwrap()
         .dcid
         .as_bytes()
         .to_vec();
     let client: SocketAddr = CLIENT.parse().unwrap();
-    pair.server.handle(pair.now, client, None, &mut first);
-    let mut out = Vec::new();
-    let t = pair
-        .server
-        .poll_transmit(pair.now, &mut out)
-        .expect("message 2");
-    let msg2 = out[out.len() - t.size..].to_vec();
     pair.client
         .handle(pair.now, SERVER.parse().unwrap(), None, &mut msg2.clone());
     let mut third = Vec::new();
