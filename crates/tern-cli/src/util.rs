@@ -201,7 +201,6 @@ pub(crate) fn bind_server(args: &ServerArgs, what: &str) -> Result<Endpoint> {
     Ok(ep)
 }
 
-/// Resolves HOST:PORT to one address, with a clear error.
 /// `HOST:PORT` to an address: an IPv4 one when the name has both (servers listen on
 /// `0.0.0.0` by default, and `localhost` often resolves to `::1` first).
 pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
