@@ -222,6 +222,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// The server address a client command was given, resolved (`echo` and `perf` also run as
+/// servers, so theirs is optional on the command line).
+fn server_addr(addr: Option<String>) -> anyhow::Result<std::net::SocketAddr> {
+    let addr =
+        addr.ok_or_else(|| anyhow::anyhow!("give the server address (HOST:PORT), or --server"))?;
+    util::resolve(&addr)
+}
+
 /// Runs one command.
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
@@ -243,10 +251,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             } else if compare_tcp {
                 echo::compare_local(&size, count).await
             } else {
-                let addr = addr.ok_or_else(|| {
-                    anyhow::anyhow!("give the server address (HOST:PORT), or --server")
-                })?;
-                let addr = util::resolve(&addr)?;
+                let addr = server_addr(addr)?;
                 echo::client(addr, server_key.as_deref(), &size, count).await
             }
         }
@@ -265,10 +270,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             } else if compare_tcp {
                 perf::compare_local(bytes, time).await
             } else {
-                let addr = addr.ok_or_else(|| {
-                    anyhow::anyhow!("give the server address (HOST:PORT), or --server")
-                })?;
-                let addr = util::resolve(&addr)?;
+                let addr = server_addr(addr)?;
                 perf::client(addr, server_key.as_deref(), &paths, bytes, time).await
             }
         }
